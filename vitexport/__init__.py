@@ -1,0 +1,16 @@
+"""vitexport: export Vision Transformers, prove the artifacts match PyTorch, and time them.
+
+`import vitexport` stays light: the API functions import torch only when called.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "export", "verify"]
+
+
+def __getattr__(name: str):
+    if name in ("export", "verify"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(name)

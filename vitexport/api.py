@@ -1,0 +1,201 @@
+"""Orchestration shared by the CLI and Python users: export(), verify()."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from . import backends, sidecar
+from .backends.base import ExportOptions
+from .errors import BackendUnavailable, OutputError, ParityError, WeightsError
+from .sources import LoadedModel, SourceSpec
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None, out_dir: str | Path = "vitexport-out",
+           *, verify: bool = True, atol: float | None = None, rtol: float | None = None, seed: int = 0,
+           progress: Progress = _quiet) -> dict[str, Any]:
+    """Export `spec` with `backend` into `out_dir`, verify it against PyTorch, write artifact + sidecar.
+
+    Raises ParityError (after writing both, the sidecar recording the failure) when outputs differ.
+    """
+    from . import parity
+    from .sources import load
+
+    options = options or ExportOptions()
+    be = _available(backend)
+    out = prepare_out_dir(out_dir)
+    timings: dict[str, float] = {}
+    progress(f"loading {spec.model}")
+    t0 = time.perf_counter()
+    loaded = load(spec)
+    timings["load_s"] = time.perf_counter() - t0
+    tol = parity.tolerance_for(options.precision, atol, rtol)
+    final = out / f"{loaded.name}{be.suffix}"
+    with staging(out) as stage:
+        progress(f"exporting {loaded.name} to {backend}")
+        t0 = time.perf_counter()
+        artifact = be.export(loaded, options, stage / final.name)
+        timings["export_s"] = time.perf_counter() - t0
+        record = _record(loaded, artifact, options, seed)
+        report = None
+        if verify:
+            progress("checking against PyTorch")
+            t0 = time.perf_counter()
+            report, provider = check(loaded, be, artifact.path, record, tol, seed)
+            timings["verify_s"] = time.perf_counter() - t0
+            record["parity"], record["provider"] = report, provider
+        record["artifact_sha256"] = sidecar.digest(artifact.path, _extra_files(artifact.path, record))
+        sidecar.write(sidecar.path_for(artifact.path), record)
+        publish(stage, out)
+    result = _result(record, final, timings)
+    if report is not None and not report["passed"]:
+        raise ParityError(f"{backend} artifact does not match PyTorch: " + "; ".join(report["failures"][:3]), result)
+    return result
+
+
+def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | None = None,
+           backend_options: dict[str, Any] | None = None, progress: Progress = _quiet) -> dict[str, Any]:
+    """Re-check an existing artifact against the model recorded in its sidecar."""
+    from . import parity
+    from .sources import load
+
+    path = Path(artifact)
+    record = sidecar.read(path)
+    be = _available(record["backend"])
+    spec = SourceSpec.from_dict(record["source"]["spec"])
+    if spec.weights:
+        _check_weights_unchanged(spec, record["source"].get("weights_sha256"))
+    progress(f"rebuilding {spec.model}")
+    loaded = load(spec)
+    tol = parity.tolerance_for(record.get("precision", "fp32"), atol, rtol)
+    progress("checking against PyTorch")
+    report, provider = check(loaded, be, path, record, tol, record.get("seed", 0), backend_options)
+    recorded_sha = record.get("artifact_sha256")
+    current_sha = sidecar.digest(path, _extra_files(path, record))
+    result = _result({**record, "parity": report, "provider": provider}, path, {})
+    result["artifact_modified"] = recorded_sha is not None and recorded_sha != current_sha
+    if not report["passed"]:
+        raise ParityError(f"{record['backend']} artifact does not match PyTorch: " + "; ".join(report["failures"][:3]),
+                          result)
+    return result
+
+
+def check(loaded: LoadedModel, be, artifact_path: Path, record: dict, tol, seed: int,
+          backend_options: dict[str, Any] | None = None) -> tuple[dict, str]:
+    """Run PyTorch and the artifact on the same seeded inputs; return the parity report and provider."""
+    from . import parity
+    from .backends.eager import EagerRunner
+    from .inputs import random_pixels, verification_batches
+
+    in_name, out_name = record["input_names"][0], record["output_names"][0]
+    reference = EagerRunner(loaded.model, in_name, out_name)
+    pre = loaded.preprocessing
+    runs = []
+    with be.load(artifact_path, record, **(backend_options or {})) as runner:
+        for batch in verification_batches(loaded.input_shape, record["dynamic_batch"]):
+            x = random_pixels((batch, *loaded.input_shape[1:]), seed + batch, pre.get("mean"), pre.get("std"))
+            feed = {in_name: x}
+            runs.append((batch, reference.run(feed), runner.run(feed)))
+        provider = runner.provider
+    return parity.compare(runs, tol, record.get("precision", "fp32")), provider
+
+
+def prepare_out_dir(out_dir: str | Path) -> Path:
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        raise OutputError(f"cannot write to output directory {out}: {e.strerror or e}") from None
+    return out
+
+
+@contextlib.contextmanager
+def staging(out: Path):
+    """A scratch folder inside the output folder: removed on any failure or interrupt, so a
+    half-written artifact never appears at the target path."""
+    stage = Path(tempfile.mkdtemp(prefix=".vitexport-", dir=out))
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def publish(stage: Path, out: Path) -> None:
+    """Move every staged file into place; the sidecar goes last, so it never points at a missing artifact."""
+    entries = sorted(stage.iterdir(), key=lambda p: p.name.endswith(".json"))
+    for entry in entries:
+        target = out / entry.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(entry, target)
+
+
+def _available(backend: str):
+    be = backends.get(backend)
+    availability = be.availability()
+    if not availability.ok:
+        raise BackendUnavailable(f"{backend} is unavailable here: {availability.reason}")
+    return be
+
+
+def _record(loaded: LoadedModel, artifact, options: ExportOptions, seed: int) -> dict[str, Any]:
+    shape = list(loaded.input_shape)
+    return {
+        "backend": artifact.backend,
+        "artifact": artifact.path.name,
+        "created": sidecar.now(),
+        "source": loaded.describe(),
+        "seed": seed,
+        "precision": artifact.precision,
+        "input_names": artifact.input_names,
+        "output_names": artifact.output_names,
+        "input_shape": ["batch", *shape[1:]] if artifact.dynamic_batch else shape,
+        "dynamic_batch": artifact.dynamic_batch,
+        "export_options": {"opset": options.opset, "exporter": options.exporter, **options.extra},
+        "info": artifact.info,
+        "tools": sidecar.tool_versions(),
+    }
+
+
+def _extra_files(artifact_path: Path, record: dict) -> list[Path]:
+    data = (record.get("info") or {}).get("external_data")
+    return [artifact_path.with_name(data)] if data else []
+
+
+def _check_weights_unchanged(spec: SourceSpec, recorded: str | None) -> None:
+    from .sources import sha256_file
+
+    path = Path(spec.weights)
+    if not path.is_file():
+        raise WeightsError(f"the weights recorded in the sidecar are gone: {path}")
+    if recorded and sha256_file(path) != recorded:
+        raise WeightsError(f"{path} changed since export (sha256 differs from the sidecar's)")
+
+
+def _result(record: dict, artifact: Path, timings: dict) -> dict[str, Any]:
+    return {
+        "backend": record["backend"],
+        "artifact": str(Path(artifact).resolve()),
+        "sidecar": str(sidecar.path_for(Path(artifact)).resolve()),
+        "provider": record.get("provider"),
+        "model": record["source"]["spec"]["model"],
+        "input_shape": record["input_shape"],
+        "dynamic_batch": record["dynamic_batch"],
+        "precision": record["precision"],
+        "info": record.get("info", {}),
+        "parity": record.get("parity"),
+        "timings": timings,
+    }

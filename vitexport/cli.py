@@ -1,0 +1,226 @@
+"""Thin Typer layer: parse options, call the API, render, map exceptions to exit codes.
+
+Nothing heavy is imported at module level, so `vitexport --help` answers instantly.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from .errors import ExitCode, ParityError, UsageError, VitexportError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Export Vision Transformers, prove the artifacts match PyTorch, and time each runtime.")
+
+# Shared options, declared once.
+ConfigOpt = Annotated[Optional[str], typer.Option("--config", "-c", help="Built-in preset (see `vitexport configs`).")]
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", "-m", help="torchvision:NAME, timm:NAME, path/to/file.py:factory or pkg.module:factory.")]
+WeightsOpt = Annotated[Optional[Path], typer.Option("--weights", "-w", help=".safetensors or torch checkpoint.")]
+PickleOpt = Annotated[bool, typer.Option("--allow-pickle", help="Allow unpickling a trusted checkpoint.")]
+ShapeOpt = Annotated[Optional[str], typer.Option("--input-shape", help="N,C,H,W (default: from preset/model).")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a preset field, e.g. depth=2.")]
+OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+NoVerifyOpt = Annotated[bool, typer.Option("--no-verify", help="Skip the parity check against PyTorch.")]
+DynOpt = Annotated[bool, typer.Option("--dynamic-batch", help="Make the batch dimension dynamic.")]
+AtolOpt = Annotated[Optional[float], typer.Option("--atol", help="Absolute tolerance (default per precision).")]
+RtolOpt = Annotated[Optional[float], typer.Option("--rtol", help="Relative tolerance (default per precision).")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random init and check inputs.")]
+InNameOpt = Annotated[str, typer.Option("--input-name", help="Name of the model input.")]
+OutNameOpt = Annotated[str, typer.Option("--output-name", help="Name of the model output.")]
+
+
+def _stderr():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def handle_errors(fn: Callable) -> Callable:
+    """Turn library exceptions into one line on stderr and the contract's exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        as_json = kwargs.get("as_json", False)
+        try:
+            return fn(*args, **kwargs)
+        except ParityError as e:
+            if as_json and e.result:
+                print(json.dumps(e.result, indent=2, default=str))
+            elif e.result:
+                render_result(e.result)
+            _stderr().print(f"[red]parity failed:[/red] {e}", highlight=False, markup=True)
+            raise typer.Exit(ExitCode.PARITY)
+        except VitexportError as e:
+            _stderr().print(f"[red]error:[/red] {e}", highlight=False)
+            raise typer.Exit(e.exit_code)
+        except KeyboardInterrupt:
+            _stderr().print("interrupted; nothing was written at the target path")
+            raise typer.Exit(130)
+        except typer.Exit:
+            raise
+        except Exception as e:  # a bug, not bad input: one line unless asked for the traceback
+            if os.environ.get("VITEXPORT_DEBUG"):
+                raise
+            _stderr().print(f"[red]internal error:[/red] {type(e).__name__}: {e} (set VITEXPORT_DEBUG=1 for a traceback)",
+                            highlight=False)
+            raise typer.Exit(ExitCode.FAILURE)
+
+    return wrapper
+
+
+def progress_printer(enabled: bool) -> Callable[[str], None]:
+    console = _stderr()
+
+    def show(message: str) -> None:
+        if enabled:
+            console.print(f"[dim]… {message}[/dim]", highlight=False)
+
+    return show
+
+
+def source_spec(config: Optional[str], model: Optional[str], weights: Optional[Path], allow_pickle: bool,
+                input_shape: Optional[str], overrides: Optional[list[str]], seed: int):
+    from .configs import parse_overrides
+    from .sources import SourceSpec, parse_input_shape
+
+    if config and model:
+        raise UsageError("give either --config or --model, not both")
+    spec = config or model or "tiny"
+    return SourceSpec(model=spec, overrides=parse_overrides(overrides or []), weights=str(weights) if weights else None,
+                      allow_pickle=allow_pickle, input_shape=parse_input_shape(input_shape) if input_shape else None,
+                      seed=seed)
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+def render_result(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    parity = result.get("parity")
+    console = Console()
+    if parity:
+        table = Table(title=f"{result['backend']} vs PyTorch ({result['precision']}, provider {result['provider']})")
+        for column in ("batch", "output", "max abs err", "mean abs err", "cosine", "top-1", "ok"):
+            table.add_column(column, justify="right")
+        for c in parity["checks"]:
+            table.add_row(str(c["batch"]), c["output"], fmt(c.get("max_abs_error", float("nan"))),
+                          fmt(c.get("mean_abs_error", float("nan"))), f"{c.get('cosine_similarity', float('nan')):.7f}",
+                          fmt(c.get("top1_agreement", float("nan"))), "[green]yes[/green]" if c["passed"] else "[red]NO[/red]")
+        console.print(table)
+        verdict = "[green]PASSED[/green]" if parity["passed"] else "[red]FAILED[/red]"
+        console.print(f"parity {verdict} (atol {parity['atol']:g}, rtol {parity['rtol']:g}, "
+                      f"min cosine {parity['min_cosine']})")
+    else:
+        console.print("parity: not checked (--no-verify)")
+    if result.get("artifact_modified"):
+        console.print("[yellow]note:[/yellow] the artifact changed since export (sha256 differs from the sidecar)")
+    console.print(f"artifact: {result['artifact']}", highlight=False, soft_wrap=True)
+
+
+def emit(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        render_result(result)
+
+
+def run_export(backend: str, *, config, model, weights, allow_pickle, input_shape, overrides, seed, out, as_json,
+               no_verify, atol, rtol, options) -> None:
+    from . import api
+
+    spec = source_spec(config, model, weights, allow_pickle, input_shape, overrides, seed)
+    result = api.export(backend, spec, options, out, verify=not no_verify, atol=atol, rtol=rtol, seed=seed,
+                        progress=progress_printer(not as_json))
+    emit(result, as_json)
+
+
+@app.command()
+@handle_errors
+def configs(as_json: JsonOpt = False) -> None:
+    """List the built-in presets with parameter count and GFLOPs at their input size."""
+    from .configs import PRESETS
+
+    rows = [{"name": n, "image_size": list(c.image_hw), "patch_size": c.patch_size, "embed_dim": c.embed_dim,
+             "depth": c.depth, "num_heads": c.num_heads, "mlp_dim": c.mlp_dim, "params_m": c.param_count() / 1e6,
+             "gflops": c.gflops(), "pooling": c.pooling, "pos_embed": c.pos_embed, "activation": c.activation}
+            for n, c in PRESETS.items()]
+    if as_json:
+        print(json.dumps({"presets": rows}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="vitexport presets")
+    for column in ("name", "input", "patch", "width", "depth", "heads", "mlp", "params (M)", "GFLOPs"):
+        table.add_column(column, justify="right" if column != "name" else "left", no_wrap=True)
+    for r in rows:
+        table.add_row(r["name"], "x".join(map(str, r["image_size"])), str(r["patch_size"]), str(r["embed_dim"]),
+                      str(r["depth"]), str(r["num_heads"]), str(r["mlp_dim"]), f"{r['params_m']:.1f}", f"{r['gflops']:.1f}")
+    Console().print(table)
+
+
+@app.command()
+@handle_errors
+def torchscript(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt = None,
+                allow_pickle: PickleOpt = False, input_shape: ShapeOpt = None, overrides: SetOpt = None,
+                out: OutOpt = Path("vitexport-out"), as_json: JsonOpt = False, no_verify: NoVerifyOpt = False,
+                dynamic_batch: DynOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, seed: SeedOpt = 0,
+                input_name: InNameOpt = "pixel_values", output_name: OutNameOpt = "logits") -> None:
+    """Trace to TorchScript (.pt), reload it and check it against PyTorch."""
+    from .backends.base import ExportOptions
+
+    options = ExportOptions(dynamic_batch=dynamic_batch, input_name=input_name, output_name=output_name)
+    run_export("torchscript", config=config, model=model, weights=weights, allow_pickle=allow_pickle,
+               input_shape=input_shape, overrides=overrides, seed=seed, out=out, as_json=as_json,
+               no_verify=no_verify, atol=atol, rtol=rtol, options=options)
+
+
+@app.command()
+@handle_errors
+def onnx(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt = None,
+         allow_pickle: PickleOpt = False, input_shape: ShapeOpt = None, overrides: SetOpt = None,
+         out: OutOpt = Path("vitexport-out"), as_json: JsonOpt = False, no_verify: NoVerifyOpt = False,
+         dynamic_batch: DynOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, seed: SeedOpt = 0,
+         input_name: InNameOpt = "pixel_values", output_name: OutNameOpt = "logits",
+         opset: Annotated[int, typer.Option(help="ONNX opset (legacy 13-20, dynamo 18-23).")] = 17,
+         exporter: Annotated[str, typer.Option(help="legacy (TorchScript-based) or dynamo (torch.export).")] = "legacy",
+         ) -> None:
+    """Export to ONNX, run it in ONNX Runtime and check it against PyTorch."""
+    from .backends.base import ExportOptions
+
+    options = ExportOptions(dynamic_batch=dynamic_batch, input_name=input_name, output_name=output_name,
+                            opset=opset, exporter=exporter)
+    run_export("onnx", config=config, model=model, weights=weights, allow_pickle=allow_pickle,
+               input_shape=input_shape, overrides=overrides, seed=seed, out=out, as_json=as_json,
+               no_verify=no_verify, atol=atol, rtol=rtol, options=options)
+
+
+@app.command()
+@handle_errors
+def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it).")],
+           as_json: JsonOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None) -> None:
+    """Re-check an existing artifact against the model recorded in its sidecar."""
+    from . import api
+
+    result = api.verify(artifact, atol=atol, rtol=rtol, progress=progress_printer(not as_json))
+    emit(result, as_json)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Exception hierarchy and exit codes.
+
+The library raises these; only ``cli.py`` turns them into a one-line message and an exit code.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILURE = 1  # export or runtime error
+    USAGE = 2  # bad usage or bad input
+    UNAVAILABLE = 3  # backend not available on this machine
+    PARITY = 4  # artifact does not match PyTorch
+
+
+class VitexportError(Exception):
+    """Base class: every error the CLI renders as one line."""
+
+    exit_code = ExitCode.FAILURE
+
+
+class UsageError(VitexportError):
+    """The user asked for something impossible or gave bad input."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ConfigError(UsageError):
+    """A model configuration that cannot be built (unknown preset, indivisible sizes, ...)."""
+
+
+class SourceError(UsageError):
+    """A model spec that cannot be resolved (missing file, bad factory, ...)."""
+
+
+class WeightsError(UsageError):
+    """A checkpoint that is missing, corrupt, unsafe or does not fit the model."""
+
+
+class OutputError(UsageError):
+    """The output location cannot be written."""
+
+
+class BackendUnavailable(VitexportError):
+    """The backend's library or hardware is missing here."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class ExportError(VitexportError):
+    """The exporter or converter failed."""
+
+
+class RuntimeFailure(VitexportError):
+    """Loading or running an artifact failed."""
+
+
+class ParityError(VitexportError):
+    """The artifact's outputs left tolerance; ``result`` holds the full report."""
+
+    exit_code = ExitCode.PARITY
+
+    def __init__(self, message: str, result: dict | None = None):
+        super().__init__(message)
+        self.result = result or {}

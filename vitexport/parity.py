@@ -1,0 +1,103 @@
+"""Compare a candidate's outputs with the PyTorch reference, in float64."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+    min_cosine: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# Why these defaults:
+# - fp32: different kernels reorder float32 sums; on ViT-B logits of magnitude ~1 the observed
+#   error is ~1e-5, so 1e-4 absolute (+1e-3 relative) leaves headroom without hiding a real bug
+#   (a corrupted weight moves logits by >1e-2).
+# - fp16: 10-bit mantissa, errors accumulate over depth; 5e-2 matches what an fp16 engine of a
+#   12-block ViT reaches, and cosine keeps the direction honest.
+# - int8: quantisation noise is large in absolute terms; judge mostly by cosine.
+TOLERANCES: dict[str, Tolerance] = {
+    "fp32": Tolerance(atol=1e-4, rtol=1e-3, min_cosine=0.99999),
+    "fp16": Tolerance(atol=5e-2, rtol=5e-2, min_cosine=0.999),
+    "int8": Tolerance(atol=0.5, rtol=0.1, min_cosine=0.99),
+}
+
+
+def tolerance_for(precision: str, atol: float | None = None, rtol: float | None = None) -> Tolerance:
+    base = TOLERANCES[precision]
+    return Tolerance(atol=base.atol if atol is None else atol, rtol=base.rtol if rtol is None else rtol,
+                     min_cosine=base.min_cosine)
+
+
+def metrics(reference: np.ndarray, candidate: np.ndarray, tol: Tolerance) -> dict:
+    """Per-output numbers for one batch; all arithmetic in float64."""
+    ref = np.asarray(reference, dtype=np.float64)
+    cand = np.asarray(candidate, dtype=np.float64)
+    if ref.shape != cand.shape:
+        return {"passed": False, "reason": f"shape {list(cand.shape)} != reference {list(ref.shape)}"}
+    diff = np.abs(ref - cand)
+    finite = bool(np.isfinite(cand).all())
+    r, c = ref.ravel(), cand.ravel()
+    denom = np.linalg.norm(r) * np.linalg.norm(c)
+    cosine = float(r @ c / denom) if denom > 0 else (1.0 if np.array_equal(r, c) else 0.0)
+    if ref.ndim >= 2:
+        flat_ref, flat_cand = ref.reshape(ref.shape[0], -1), cand.reshape(cand.shape[0], -1)
+        top1 = float(np.mean(flat_ref.argmax(1) == flat_cand.argmax(1)))
+    else:
+        top1 = 1.0
+    within = bool((diff <= tol.atol + tol.rtol * np.abs(ref)).all())
+    out = {
+        "max_abs_error": float(diff.max()) if diff.size else 0.0,
+        "mean_abs_error": float(diff.mean()) if diff.size else 0.0,
+        "cosine_similarity": cosine,
+        "top1_agreement": top1,
+        "within_tolerance": within,
+    }
+    reasons = []
+    if not finite:
+        reasons.append("non-finite values in the candidate")
+    if not within:
+        reasons.append(f"max abs error {out['max_abs_error']:.3g} exceeds atol {tol.atol:g} + rtol {tol.rtol:g}*|ref|")
+    if cosine < tol.min_cosine:
+        reasons.append(f"cosine {cosine:.6f} < {tol.min_cosine}")
+    if ref.size > 1 and np.ptp(ref) == 0:
+        # A constant reference (e.g. a zero-initialised head) makes any comparison pass vacuously.
+        reasons.append("the reference output is constant, so parity would pass vacuously "
+                       "(zero-initialised head?); load trained weights")
+    out["passed"] = not reasons
+    out["reason"] = "; ".join(reasons) or None
+    return out
+
+
+def compare(runs: list[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]], tol: Tolerance,
+            precision: str) -> dict:
+    """Combine per-batch, per-output metrics into one report; top-level numbers are the worst case."""
+    checks = []
+    for batch, ref_outputs, cand_outputs in runs:
+        for name, ref in ref_outputs.items():
+            if name not in cand_outputs:
+                checks.append({"batch": batch, "output": name, "passed": False, "reason": "output missing"})
+                continue
+            checks.append({"batch": batch, "output": name, **metrics(ref, cand_outputs[name], tol)})
+    numeric = [c for c in checks if "max_abs_error" in c]
+    failed = [c for c in checks if not c["passed"]]
+    return {
+        "passed": not failed and bool(checks),
+        "precision": precision,
+        "max_abs_error": max((c["max_abs_error"] for c in numeric), default=float("nan")),
+        "mean_abs_error": max((c["mean_abs_error"] for c in numeric), default=float("nan")),
+        "cosine_similarity": min((c["cosine_similarity"] for c in numeric), default=float("nan")),
+        "top1_agreement": min((c["top1_agreement"] for c in numeric), default=float("nan")),
+        **tol.to_dict(),
+        "batches": sorted({c["batch"] for c in checks}),
+        "checks": checks,
+        "failures": [f"batch {c['batch']} {c['output']}: {c['reason']}" for c in failed],
+    }

@@ -5,6 +5,7 @@ Nothing heavy is imported at module level, so `vitexport --help` answers instant
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -129,6 +130,23 @@ def render_result(result: dict[str, Any]) -> None:
     console.print(f"artifact: {result['artifact']}", highlight=False, soft_wrap=True)
 
 
+@contextlib.contextmanager
+def stdout_to_stderr(enabled: bool):
+    """Keep stdout pure JSON: exporters (and C++ libraries beneath them) print to file descriptor 1."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def emit(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(result, indent=2, default=str))
@@ -141,8 +159,9 @@ def run_export(backend: str, *, config, model, weights, allow_pickle, input_shap
     from . import api
 
     spec = source_spec(config, model, weights, allow_pickle, input_shape, overrides, seed)
-    result = api.export(backend, spec, options, out, verify=not no_verify, atol=atol, rtol=rtol, seed=seed,
-                        progress=progress_printer(not as_json))
+    with stdout_to_stderr(as_json):
+        result = api.export(backend, spec, options, out, verify=not no_verify, atol=atol, rtol=rtol, seed=seed,
+                            progress=progress_printer(not as_json))
     emit(result, as_json)
 
 
@@ -195,7 +214,8 @@ def onnx(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt =
          dynamic_batch: DynOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, seed: SeedOpt = 0,
          input_name: InNameOpt = "pixel_values", output_name: OutNameOpt = "logits",
          opset: Annotated[int, typer.Option(help="ONNX opset (legacy 13-20, dynamo 18-23).")] = 17,
-         exporter: Annotated[str, typer.Option(help="legacy (TorchScript-based) or dynamo (torch.export).")] = "legacy",
+         exporter: Annotated[str, typer.Option(
+             help="legacy (TorchScript-based), dynamo (torch.export), or auto: legacy, then dynamo if it fails.")] = "auto",
          ) -> None:
     """Export to ONNX, run it in ONNX Runtime and check it against PyTorch."""
     from .backends.base import ExportOptions
@@ -214,7 +234,8 @@ def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by
     """Re-check an existing artifact against the model recorded in its sidecar."""
     from . import api
 
-    result = api.verify(artifact, atol=atol, rtol=rtol, progress=progress_printer(not as_json))
+    with stdout_to_stderr(as_json):
+        result = api.verify(artifact, atol=atol, rtol=rtol, progress=progress_printer(not as_json))
     emit(result, as_json)
 
 

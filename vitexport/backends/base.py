@@ -63,6 +63,6 @@ class ExportOptions:
     input_name: str = "pixel_values"
     output_name: str = "logits"
     opset: int = 17
-    exporter: str = "legacy"  # "legacy" (TorchScript-based) or "dynamo" (torch.export-based)
+    exporter: str = "auto"  # "legacy" (TorchScript-based), "dynamo" (torch.export-based), or auto: legacy then dynamo
     precision: str = "fp32"
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific options

@@ -12,9 +12,12 @@ import numpy as np
 from ..errors import BackendUnavailable, ExportError, RuntimeFailure, UsageError
 from .base import Artifact, Availability, ExportOptions
 
-EXPORTERS = ("legacy", "dynamo")
+EXPORTERS = ("auto", "legacy", "dynamo")
 # What each exporter of torch 2.x can write; below 17 LayerNorm is decomposed into primitive ops.
-OPSET_RANGE = {"legacy": (13, 20), "dynamo": (18, 23)}
+OPSET_RANGE = {"legacy": (13, 20), "dynamo": (17, 23)}
+# auto: each exporter fails on models the other handles (legacy: shape arithmetic under a dynamic
+# batch; dynamo: 3-D scaled_dot_product_attention), so try legacy, then dynamo, and record which ran.
+AUTO_ORDER = ("legacy", "dynamo")
 # Protobuf cannot serialise a message over 2 GiB: above this, weights go to an external file.
 EXTERNAL_DATA_THRESHOLD = 2_000_000_000
 
@@ -22,9 +25,10 @@ EXTERNAL_DATA_THRESHOLD = 2_000_000_000
 def check_options(options: ExportOptions) -> None:
     if options.exporter not in EXPORTERS:
         raise UsageError(f"unknown exporter {options.exporter!r} (choose {' or '.join(EXPORTERS)})")
-    lo, hi = OPSET_RANGE[options.exporter]
-    if not lo <= options.opset <= hi:
-        raise UsageError(f"opset {options.opset} is not supported by the {options.exporter} exporter ({lo}..{hi})")
+    candidates = AUTO_ORDER if options.exporter == "auto" else (options.exporter,)
+    if not any(OPSET_RANGE[e][0] <= options.opset <= OPSET_RANGE[e][1] for e in candidates):
+        ranges = ", ".join(f"{e} {OPSET_RANGE[e][0]}..{OPSET_RANGE[e][1]}" for e in candidates)
+        raise UsageError(f"opset {options.opset} is not supported ({ranges})")
     if options.input_name == options.output_name:
         raise UsageError("input and output names must differ")
 
@@ -83,7 +87,7 @@ class OnnxBackend:
         example = torch.randn((batch, *loaded.input_shape[1:]), generator=torch.Generator().manual_seed(0))
         with tempfile.TemporaryDirectory(dir=out_path.parent) as tmp:
             raw = Path(tmp) / "raw.onnx"
-            _torch_export(loaded.model, example, raw, options)
+            exporter, fallback_reason = _export_any(loaded.model, example, raw, options)
             model = onnx.load(str(raw), load_external_data=True)
         _embed_metadata(model, loaded, options)
         weight_bytes = sum(len(t.raw_data) or 0 for t in model.graph.initializer)
@@ -96,8 +100,12 @@ class OnnxBackend:
         except Exception as e:
             raise ExportError(f"onnx.checker rejected the exported model: {str(e).splitlines()[0]}") from None
         info = {
-            "opset": options.opset,
-            "exporter": options.exporter,
+            # The dynamo exporter keeps its own opset when down-conversion fails: record what was written.
+            "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None),
+            "opset_requested": options.opset,
+            "exporter": exporter,
+            "exporter_requested": options.exporter,
+            "exporter_fallback_reason": fallback_reason,
             "trace_batch": batch,
             "external_data": data_name if external else None,
             "ir_version": model.ir_version,
@@ -110,7 +118,35 @@ class OnnxBackend:
         return OnnxRuntimeRunner(artifact_path, options.get("providers"), options.get("threads"))
 
 
-def _torch_export(model, example, path: Path, options: ExportOptions) -> None:
+def _export_any(model, example, path: Path, options: ExportOptions) -> tuple[str, str | None]:
+    """Run the requested exporter (or each of auto's in turn); return the one that worked."""
+    candidates = AUTO_ORDER if options.exporter == "auto" else (options.exporter,)
+    candidates = [e for e in candidates if OPSET_RANGE[e][0] <= options.opset <= OPSET_RANGE[e][1]]
+    errors = []
+    for exporter in candidates:
+        try:
+            _torch_export(model, example, path, options, exporter)
+            return exporter, "; ".join(errors) or None
+        except ExportError as e:
+            errors.append(str(e))
+    hint = "" if options.exporter == "auto" else " (try --exporter auto)"
+    raise ExportError("; ".join(errors) + hint)
+
+
+def _root_cause(e: Exception) -> str:
+    """The informative line of an exporter error (dynamo's sits under 'Exception summary')."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "## Exception summary" in lines:
+        after = lines[lines.index("## Exception summary") + 1:]
+        if after:
+            return after[0].replace("<class '", "").replace("'>", "")
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"
+
+
+def _torch_export(model, example, path: Path, options: ExportOptions, exporter: str) -> None:
     import torch
 
     from ..sources import export_mode
@@ -119,7 +155,7 @@ def _torch_export(model, example, path: Path, options: ExportOptions) -> None:
     try:
         with torch.no_grad(), export_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer chatter; real problems raise or fail parity
-            if options.exporter == "legacy":
+            if exporter == "legacy":
                 axes = {options.input_name: {0: "batch"}, options.output_name: {0: "batch"}}
                 torch.onnx.export(model, (example,), str(path), dynamo=False, opset_version=options.opset,
                                   dynamic_axes=axes if options.dynamic_batch else None, do_constant_folding=True,
@@ -131,8 +167,7 @@ def _torch_export(model, example, path: Path, options: ExportOptions) -> None:
                                             verbose=False, **names)
                 program.save(str(path), external_data=True)
     except Exception as e:
-        raise ExportError(f"torch.onnx.export ({options.exporter}) failed: {type(e).__name__}: "
-                          f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from None
+        raise ExportError(f"{exporter} exporter failed: {_root_cause(e)[:300]}") from None
 
 
 def _name_first_arg(model, shapes):
@@ -156,7 +191,6 @@ def _embed_metadata(model, loaded, options: ExportOptions) -> None:
         "vitexport.input_shape": json.dumps(list(loaded.input_shape)),
         "vitexport.dynamic_batch": str(options.dynamic_batch).lower(),
         "vitexport.preprocessing": json.dumps(loaded.preprocessing),
-        "vitexport.exporter": options.exporter,
     }
     del model.metadata_props[:]
     for key, value in meta.items():

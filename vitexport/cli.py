@@ -58,10 +58,10 @@ def handle_errors(fn: Callable) -> Callable:
                 print(json.dumps(e.result, indent=2, default=str))
             elif e.result:
                 render_result(e.result)
-            _stderr().print(f"[red]parity failed:[/red] {e}", highlight=False, markup=True)
+            _stderr().print(f"[red]parity failed:[/red] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(ExitCode.PARITY)
         except VitexportError as e:
-            _stderr().print(f"[red]error:[/red] {e}", highlight=False)
+            _stderr().print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code)
         except KeyboardInterrupt:
             _stderr().print("interrupted; nothing was written at the target path")
@@ -72,7 +72,7 @@ def handle_errors(fn: Callable) -> Callable:
             if os.environ.get("VITEXPORT_DEBUG"):
                 raise
             _stderr().print(f"[red]internal error:[/red] {type(e).__name__}: {e} (set VITEXPORT_DEBUG=1 for a traceback)",
-                            highlight=False)
+                            highlight=False, soft_wrap=True)
             raise typer.Exit(ExitCode.FAILURE)
 
     return wrapper
@@ -83,7 +83,7 @@ def progress_printer(enabled: bool) -> Callable[[str], None]:
 
     def show(message: str) -> None:
         if enabled:
-            console.print(f"[dim]… {message}[/dim]", highlight=False)
+            console.print(f"[dim]… {message}[/dim]", highlight=False, soft_wrap=True)
 
     return show
 

@@ -283,10 +283,11 @@ def read_state_dict(path: Path, allow_pickle: bool) -> dict:
         obj = torch.load(path, map_location="cpu", weights_only=not allow_pickle)
     except Exception as e:  # torch raises many types for bad pickles/zips
         text = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if "weights_only" in str(e) or "Unsupported global" in str(e):
+        if "Unsupported global" in str(e):
             raise WeightsError(f"{path} holds pickled Python objects; refusing to unpickle it. "
                                "Re-save it as safetensors, or pass --allow-pickle if you trust its origin") from None
-        raise WeightsError(f"cannot read checkpoint {path}: {text}") from None
+        detail = "" if "Weights only load failed" in text else f" ({text[:120]})"  # torch's text is a page long
+        raise WeightsError(f"cannot read checkpoint {path}: not a valid torch checkpoint{detail}") from None
     for key in ("state_dict", "model", "model_state_dict"):
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]

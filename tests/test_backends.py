@@ -1,0 +1,128 @@
+"""Every exporting backend x every preset (up to base) and every zoo model must match PyTorch."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import ZOO, zoo_spec
+from vitexport import api, backends, sidecar
+from vitexport.backends.base import ExportOptions
+from vitexport.errors import ExportError, ParityError
+from vitexport.sources import SourceSpec
+
+# Backends that export straight from PyTorch and run on this machine; others have their own tests.
+DIRECT = [n for n in backends.REGISTRY if hasattr(backends.get(n), "export") and backends.get(n).builds_from is None]
+FULL_DEPTH = ["tiny", "small", "base"]  # the standard sizes up to base, exactly as users get them
+VARIANTS = {"base-32": {"depth": 2}, "base-384": {"depth": 1}, "small-gap": {"depth": 2}, "tiny-relu": {}}
+
+
+def usable(name):
+    availability = backends.get(name).availability()
+    if not availability.ok:
+        pytest.skip(f"{name}: {availability.reason}")
+    return name
+
+
+def export(backend, spec, out_dir, **options):
+    return api.export(usable(backend), spec, ExportOptions(**options), out_dir)
+
+
+@pytest.mark.parametrize("backend", DIRECT)
+@pytest.mark.parametrize("preset", FULL_DEPTH)
+def test_standard_presets_match_pytorch(backend, preset, out_dir):
+    result = export(backend, SourceSpec(preset), out_dir)
+    assert result["parity"]["passed"], result["parity"]["failures"]
+    assert result["parity"]["max_abs_error"] < 1e-4
+
+
+@pytest.mark.parametrize("backend", DIRECT)
+@pytest.mark.parametrize("preset", sorted(VARIANTS))
+def test_preset_variants_match_pytorch_with_dynamic_batch(backend, preset, out_dir):
+    result = export(backend, SourceSpec(preset, overrides=VARIANTS[preset]), out_dir, dynamic_batch=True)
+    assert result["parity"]["passed"], result["parity"]["failures"]
+    assert result["parity"]["batches"] == [1, 3]
+
+
+@pytest.mark.parametrize("backend", DIRECT)
+@pytest.mark.parametrize("model", ZOO)
+def test_zoo_models_match_pytorch_at_batch_1_and_3(backend, model, out_dir):
+    result = export(backend, SourceSpec(zoo_spec(model)), out_dir, dynamic_batch=True)
+    assert result["parity"]["passed"], result["parity"]["failures"]
+    assert result["parity"]["batches"] == [1, 3]
+
+
+@pytest.mark.parametrize("backend", DIRECT)
+def test_timm_vit_matches_pytorch(backend, out_dir):
+    pytest.importorskip("timm")
+    result = export(backend, SourceSpec("timm:vit_tiny_patch16_224"), out_dir, dynamic_batch=True)
+    assert result["parity"]["passed"], result["parity"]["failures"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", DIRECT)
+def test_torchvision_vit_b_16_matches_pytorch(backend, out_dir):
+    result = export(backend, SourceSpec("torchvision:vit_b_16"), out_dir)
+    assert result["parity"]["passed"], result["parity"]["failures"]
+
+
+@pytest.mark.parametrize("backend", DIRECT)
+def test_sidecar_holds_what_reverification_needs(backend, out_dir, tmp_path):
+    from safetensors.torch import save_file
+
+    from vitexport.configs import PRESETS
+    from vitexport.model import build
+
+    weights = tmp_path / "w.safetensors"
+    save_file(build(PRESETS["tiny"].replace(depth=1), seed=9).state_dict(), str(weights))
+    result = export(backend, SourceSpec("tiny", overrides={"depth": 1}, weights=str(weights)), out_dir)
+    record = json.loads(open(result["sidecar"]).read())
+    assert record["schema"] == sidecar.SCHEMA
+    assert record["source"]["spec"]["model"] == "tiny"
+    assert record["source"]["spec"]["overrides"] == {"depth": 1}
+    assert len(record["source"]["weights_sha256"]) == 64
+    assert record["source"]["config"]["depth"] == 1
+    assert record["input_names"] == ["pixel_values"] and record["output_names"] == ["logits"]
+    assert record["artifact_sha256"] == sidecar.digest(result["artifact"])
+    assert record["parity"]["passed"] and "torch" in record["tools"]
+    assert api.verify(result["artifact"])["parity"]["passed"]
+
+
+@pytest.mark.parametrize("backend", DIRECT)
+def test_custom_io_names(backend, out_dir):
+    result = export(backend, SourceSpec("tiny", overrides={"depth": 1}), out_dir, input_name="image",
+                    output_name="scores")
+    record = sidecar.read(result["artifact"])
+    assert record["input_names"] == ["image"] and record["output_names"] == ["scores"]
+    assert result["parity"]["passed"]
+
+
+@pytest.mark.parametrize("backend", DIRECT)
+def test_failed_export_leaves_nothing_behind(backend, out_dir, monkeypatch):
+    be = backends.get(backend)
+
+    def half_write_then_fail(loaded, options, path):
+        path.write_bytes(b"partial")
+        raise ExportError("simulated failure")
+
+    monkeypatch.setattr(be, "export", half_write_then_fail)
+    with pytest.raises(ExportError):
+        api.export(backend, SourceSpec("tiny", overrides={"depth": 1}), ExportOptions(), out_dir)
+    assert list(out_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize("backend", DIRECT)
+def test_parity_failure_is_recorded_in_the_sidecar(backend, out_dir, monkeypatch):
+    from vitexport.backends import eager
+
+    real_run = eager.EagerRunner.run
+
+    def shifted(self, feed):  # a reference that disagrees with the artifact by 0.01
+        return {k: v + 0.01 for k, v in real_run(self, feed).items()}
+
+    monkeypatch.setattr(eager.EagerRunner, "run", shifted)
+    with pytest.raises(ParityError) as info:
+        api.export(backend, SourceSpec("tiny", overrides={"depth": 1}), ExportOptions(), out_dir)
+    record = sidecar.read(info.value.result["artifact"])
+    assert record["parity"]["passed"] is False
+    assert info.value.result["parity"]["max_abs_error"] == pytest.approx(0.01, rel=1e-3)

@@ -1,0 +1,143 @@
+"""The CLI contract: commands, --json fields, exit codes, one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import zoo_spec
+from vitexport.cli import app
+
+runner = CliRunner()
+FAST = ["--set", "depth=1"]
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_help_does_not_import_torch():
+    code = "import sys; from vitexport.cli import app; assert 'torch' not in sys.modules and 'numpy' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    out = subprocess.run([sys.executable, "-m", "vitexport", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "onnx" in out.stdout
+
+
+def test_configs_lists_presets_with_sizes():
+    result = invoke("configs", "--json")
+    assert result.exit_code == 0
+    rows = {r["name"]: r for r in json.loads(result.stdout)["presets"]}
+    assert {"tiny", "small", "base", "large", "huge"} <= set(rows)
+    assert rows["base"]["params_m"] == pytest.approx(86.6, abs=0.1)
+    table = invoke("configs")
+    assert "tiny" in table.stdout and "86.6" in table.stdout
+
+
+@pytest.mark.parametrize("command", ["onnx", "torchscript"])
+def test_export_json_contract(command, tmp_path):
+    result = invoke(command, "--config", "tiny", *FAST, "--out", tmp_path, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["backend"] == command
+    for key in ("passed", "max_abs_error", "mean_abs_error", "cosine_similarity", "top1_agreement", "atol", "rtol"):
+        assert key in data["parity"]
+    assert data["parity"]["passed"] is True
+    verify = invoke("verify", data["artifact"], "--json")
+    assert verify.exit_code == 0 and json.loads(verify.stdout)["parity"]["passed"]
+
+
+def test_human_output_shows_table_and_path(tmp_path):
+    result = invoke("onnx", "--config", "tiny", *FAST, "--out", tmp_path)
+    assert result.exit_code == 0
+    assert "max abs err" in result.stdout and "PASSED" in result.stdout
+    assert str(tmp_path / "tiny.onnx") in result.stdout.replace("\n", "")
+
+
+def test_no_verify_skips_parity(tmp_path):
+    result = invoke("onnx", "--config", "tiny", *FAST, "--out", tmp_path, "--no-verify", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["parity"] is None
+
+
+def test_parity_failure_exits_4_and_prints_json(tmp_path):
+    # atol 0 / rtol 0: ONNX Runtime's float32 kernels differ from PyTorch's in the last bits.
+    result = invoke("onnx", "--config", "tiny", *FAST, "--out", tmp_path, "--atol", "0", "--rtol", "0", "--json")
+    assert result.exit_code == 4
+    assert json.loads(result.stdout)["parity"]["passed"] is False
+    assert "parity failed" in result.stderr
+
+
+def test_corrupted_artifact_fails_verify_with_4(tmp_path):
+    art = tmp_path / "tiny.pt"
+    assert invoke("torchscript", "--config", "tiny", *FAST, "--out", tmp_path).exit_code == 0
+    import torch
+
+    module = torch.jit.load(str(art))
+    with torch.no_grad():
+        module.head.weight.add_(0.1)
+    module.save(str(art))
+    result = invoke("verify", art)
+    assert result.exit_code == 4 and "changed since export" in result.stdout
+
+
+def checkpoint(tmp_path, kind):
+    """Bad checkpoints of several kinds, for the error table below."""
+    import torch
+    from safetensors.torch import save_file
+
+    path = tmp_path / ("w.pt" if kind in ("pickle", "zip") else "w.safetensors")
+    if kind == "corrupt":
+        path.write_bytes(b"\x00" * 64)
+    elif kind == "zip":
+        path.write_bytes(b"PK\x03\x04 not really a zip")
+    elif kind == "pickle":
+        torch.save({"state": {}, "fn": print}, path)
+    elif kind == "mismatch":
+        save_file({"head.weight": torch.zeros(3, 3)}, str(path))
+    return path
+
+
+BAD_INPUTS = [
+    # (args, expected exit code, message fragment)
+    (["onnx", "--config", "no-such-preset"], 2, "unknown preset 'no-such-preset'"),
+    (["onnx", "--config", "tiny", "--set", "image_size=225"], 2, "not divisible by patch size"),
+    (["onnx", "--config", "tiny", "--set", "num_heads=5"], 2, "does not divide embed_dim"),
+    (["onnx", "--config", "tiny", "--set", "depht=2"], 2, "unknown config field 'depht'"),
+    (["onnx", "--config", "tiny", "--set", "depth"], 2, "expects KEY=VALUE"),
+    (["onnx", "--config", "tiny", "--model", "torchvision:vit_b_16"], 2, "either --config or --model"),
+    (["onnx", "--config", "tiny", "--opset", "11"], 2, "opset 11 is not supported"),
+    (["onnx", "--config", "tiny", "--exporter", "tflite"], 2, "unknown exporter"),
+    (["onnx", "--config", "tiny", "--input-shape", "1,3,224"], 2, "N,C,H,W"),
+    (["onnx", "--config", "tiny", "--input-shape", "1,3,64,64"], 2, "does not match the preset"),
+    (["onnx", "--model", "nowhere/model.py:make"], 2, "model file not found"),
+    (["onnx", "--model", "torchvision:resnet18"], 2, "unknown torchvision ViT"),
+    (["onnx", "--model", "{zoo}:no_factory"], 2, "no callable named 'no_factory'"),
+    (["onnx", "--config", "tiny", "--weights", "{tmp}/missing.safetensors"], 2, "weights file not found"),
+    (["onnx", "--config", "tiny", "--weights", "{corrupt}"], 2, "corrupt safetensors"),
+    (["onnx", "--config", "tiny", "--weights", "{zip}"], 2, "cannot read checkpoint"),
+    (["onnx", "--config", "tiny", "--weights", "{pickle}"], 2, "--allow-pickle"),
+    (["onnx", "--config", "tiny", "--weights", "{mismatch}"], 2, "missing: blocks.0"),
+    (["onnx", "--config", "tiny", "--out", "/proc/vitexport-out"], 2, "cannot write to output directory"),
+    (["verify", "{tmp}/nothing.onnx"], 2, "artifact not found"),
+    (["verify", "{orphan}"], 2, "no sidecar"),
+    (["bogus-command"], 2, "No such command"),
+]
+
+
+@pytest.mark.parametrize("args,code,message", BAD_INPUTS, ids=[m for _, _, m in BAD_INPUTS])
+def test_bad_input_exits_with_one_line(tmp_path, args, code, message):
+    orphan = tmp_path / "orphan.onnx"
+    orphan.write_bytes(b"")
+    values = {"tmp": tmp_path, "zoo": zoo_spec("stock_vit").rsplit(":", 1)[0], "orphan": orphan}
+    values.update({k: checkpoint(tmp_path, k) for k in ("corrupt", "zip", "pickle", "mismatch") if f"{{{k}}}" in
+                   " ".join(args)})
+    args = [a.format(**values) for a in args]
+    if "--out" not in args and args[0] != "verify" and args[0] != "bogus-command":
+        args += ["--out", str(tmp_path / "out")]
+    result = invoke(*args)
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    text = result.stderr + result.stdout
+    assert message in text
+    assert "Traceback" not in text
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -64,18 +64,33 @@ def test_compare_reports_the_worst_case_over_batches():
     ref1, ref3 = logits(1, (1, 10)), logits(3, (3, 10))
     bad3 = ref3.copy()
     bad3[2, 0] += 1.0
-    report = compare([(1, {"logits": ref1}, {"logits": ref1}), (3, {"logits": ref3}, {"logits": bad3})], FP32, "fp32")
+    report = compare([(1, "random", {"logits": ref1}, {"logits": ref1}),
+                      (3, "random", {"logits": ref3}, {"logits": bad3})], FP32, "fp32")
     assert not report["passed"]
     assert report["max_abs_error"] == pytest.approx(1.0, rel=1e-6)
     assert report["batches"] == [1, 3]
-    assert report["failures"] and report["failures"][0].startswith("batch 3 logits")
+    assert report["failures"] and report["failures"][0].startswith("random batch 3 logits")
 
 
 def test_missing_output_fails():
-    report = compare([(1, {"logits": logits()}, {})], FP32, "fp32")
+    report = compare([(1, "random", {"logits": logits()}, {})], FP32, "fp32")
     assert not report["passed"]
 
 
 def test_overrides_keep_the_precision_default_for_what_is_not_given():
     tol = tolerance_for("fp16", atol=1e-3)
     assert tol.atol == 1e-3 and tol.rtol == TOLERANCES["fp16"].rtol
+
+
+def test_top5_and_kl_notice_a_reordered_tail():
+    ref = np.array([[10.0, 9, 8, 7, 6, 0, -1]])
+    cand = np.array([[10.0, 9, 8, 7, -5, 6, -1]])  # fifth class swapped out
+    m = metrics(ref, cand, FP32)
+    assert m["top1_agreement"] == 1.0 and m["top5_agreement"] == pytest.approx(0.8)
+    assert m["softmax_kl"] > 0 and metrics(ref, ref, FP32)["softmax_kl"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_p99_relative_error_ignores_near_zero_references():
+    ref = np.array([[1.0, 2.0, 1e-12, 4.0]])
+    cand = ref + np.array([[1e-5, 0, 1e-5, 0]])
+    assert metrics(ref, cand, FP32)["p99_relative_error"] < 0.2

@@ -10,9 +10,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from . import backends, sidecar
 from .backends.base import ExportOptions
 from .errors import BackendUnavailable, OutputError, ParityError, WeightsError
+from .inputs import DEFAULT_MAX_BATCH
 from .sources import LoadedModel, SourceSpec
 
 Progress = Callable[[str], None]
@@ -24,6 +27,7 @@ def _quiet(_: str) -> None:
 
 def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None, out_dir: str | Path = "vitexport-out",
            *, verify: bool = True, atol: float | None = None, rtol: float | None = None, seed: int = 0,
+           images: str | Path | None = None, max_batch: int = DEFAULT_MAX_BATCH,
            progress: Progress = _quiet) -> dict[str, Any]:
     """Export `spec` with `backend` into `out_dir`, verify it against PyTorch, write artifact + sidecar.
 
@@ -52,7 +56,7 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
         if verify:
             progress("checking against PyTorch")
             t0 = time.perf_counter()
-            report, provider = check(loaded, be, artifact.path, record, tol, seed)
+            report, provider = check(loaded, be, artifact.path, record, tol, seed, images=images, max_batch=max_batch)
             timings["verify_s"] = time.perf_counter() - t0
             record["parity"], record["provider"] = report, provider
         record["artifact_sha256"] = sidecar.digest(artifact.path, _extra_files(artifact.path, record))
@@ -65,7 +69,8 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
 
 
 def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | None = None,
-           backend_options: dict[str, Any] | None = None, progress: Progress = _quiet) -> dict[str, Any]:
+           backend_options: dict[str, Any] | None = None, images: str | Path | None = None,
+           max_batch: int = DEFAULT_MAX_BATCH, progress: Progress = _quiet) -> dict[str, Any]:
     """Re-check an existing artifact against the model recorded in its sidecar."""
     from . import parity
     from .sources import load
@@ -80,7 +85,7 @@ def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | Non
     loaded = load(spec)
     tol = parity.tolerance_for(record.get("precision", "fp32"), atol, rtol)
     progress("checking against PyTorch")
-    report, provider = check(loaded, be, path, record, tol, record.get("seed", 0), backend_options)
+    report, provider = check(loaded, be, path, record, tol, record.get("seed", 0), backend_options, images, max_batch)
     recorded_sha = record.get("artifact_sha256")
     current_sha = sidecar.digest(path, _extra_files(path, record))
     result = _result({**record, "parity": report, "provider": provider}, path, {})
@@ -92,23 +97,87 @@ def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | Non
 
 
 def check(loaded: LoadedModel, be, artifact_path: Path, record: dict, tol, seed: int,
-          backend_options: dict[str, Any] | None = None) -> tuple[dict, str]:
-    """Run PyTorch and the artifact on the same seeded inputs; return the parity report and provider."""
+          backend_options: dict[str, Any] | None = None, images: str | Path | None = None,
+          max_batch: int = DEFAULT_MAX_BATCH) -> tuple[dict, str]:
+    """Run PyTorch and the artifact on the same inputs; return the parity report and the provider.
+
+    Beyond elementwise parity: a batch sweep, a determinism check (the same input twice gives
+    identical outputs), accuracy on labelled images, the backend's static lint, and, on failure,
+    the first encoder block whose output leaves tolerance where the backend can tell.
+    """
     from . import parity
     from .backends.eager import EagerRunner
-    from .inputs import random_pixels, verification_batches
 
     in_name, out_name = record["input_names"][0], record["output_names"][0]
     reference = EagerRunner(loaded.model, in_name, out_name)
-    pre = loaded.preprocessing
-    runs = []
+    feeds, labels = _feeds(loaded, record["dynamic_batch"], seed, images, max_batch)
+    runs, image_outputs = [], {"reference": [], "candidate": []}
     with be.load(artifact_path, record, **(backend_options or {})) as runner:
-        for batch in verification_batches(loaded.input_shape, record["dynamic_batch"]):
-            x = random_pixels((batch, *loaded.input_shape[1:]), seed + batch, pre.get("mean"), pre.get("std"))
-            feed = {in_name: x}
-            runs.append((batch, reference.run(feed), runner.run(feed)))
+        for feed_name, x, real in feeds:
+            ref, cand = reference.run({in_name: x}), runner.run({in_name: x})
+            runs.append((len(x), feed_name, _rows(ref, real), _rows(cand, real)))
+            if feed_name.startswith("images"):
+                image_outputs["reference"].append(ref[out_name][:real])
+                image_outputs["candidate"].append(cand.get(out_name, ref[out_name])[:real])
+        first = feeds[0][1]
+        again = runner.run({in_name: first})
+        deterministic = all(np.array_equal(again[k], runs[0][3][k]) for k in again if k in runs[0][3])
         provider = runner.provider
-    return parity.compare(runs, tol, record.get("precision", "fp32")), provider
+    report = parity.compare(runs, tol, record.get("precision", "fp32"))
+    report["deterministic"] = deterministic
+    if not deterministic:
+        report["passed"] = False
+        report["failures"].append("the artifact gave different outputs for the same input twice "
+                                  "(dropout or another random op left active?)")
+    if images is not None:
+        report["images"] = _image_summary(images, image_outputs, labels)
+    lint = getattr(be, "lint", None)
+    if lint is not None:
+        findings = lint(artifact_path, record)
+        report["lint"] = findings
+        for f in findings:
+            if f["severity"] == "error":
+                report["passed"] = False
+                report["failures"].append(f"lint {f['rule']} at {f['node']}: {f['message']}")
+    localize = getattr(be, "localize", None)
+    if not report["passed"] and localize is not None:
+        report["divergence"] = localize(loaded, artifact_path, record, first, tol)
+    return report, provider
+
+
+def _feeds(loaded: LoadedModel, dynamic_batch: bool, seed: int, images, max_batch: int):
+    """(name, input array, real rows) for each run: seeded random batches, then the images if any."""
+    from .inputs import chunks, load_images, random_pixels, verification_batches
+
+    pre = loaded.preprocessing
+    feeds = []
+    for batch in verification_batches(loaded.input_shape, dynamic_batch, max_batch):
+        x = random_pixels((batch, *loaded.input_shape[1:]), seed + batch, pre.get("mean"), pre.get("std"))
+        feeds.append((f"random b={batch}", x, batch))
+    labels = None
+    if images is not None:
+        x, labels, _names = load_images(images, pre, loaded.input_shape)
+        batch = max_batch if dynamic_batch else loaded.input_shape[0]
+        for i, (part, real) in enumerate(chunks(x, batch)):
+            feeds.append((f"images[{i * batch}:{i * batch + real}]", part, real))
+    return feeds, labels
+
+
+def _rows(outputs: dict[str, np.ndarray], real: int) -> dict[str, np.ndarray]:
+    """Drop the padding rows a static batch needed."""
+    return {k: v[:real] for k, v in outputs.items()}
+
+
+def _image_summary(images, outputs: dict[str, list], labels: list[int] | None) -> dict:
+    ref, cand = np.concatenate(outputs["reference"]), np.concatenate(outputs["candidate"])
+    summary = {"directory": str(images), "count": int(len(ref)),
+               "top1_agreement": float(np.mean(ref.reshape(len(ref), -1).argmax(1) ==
+                                               cand.reshape(len(cand), -1).argmax(1)))}
+    if labels is not None:
+        truth = np.asarray(labels)
+        summary["accuracy"] = {"reference": float(np.mean(ref.reshape(len(ref), -1).argmax(1) == truth)),
+                               "candidate": float(np.mean(cand.reshape(len(cand), -1).argmax(1) == truth))}
+    return summary
 
 
 def prepare_out_dir(out_dir: str | Path) -> Path:

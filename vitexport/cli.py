@@ -37,6 +37,9 @@ RtolOpt = Annotated[Optional[float], typer.Option("--rtol", help="Relative toler
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random init and check inputs.")]
 InNameOpt = Annotated[str, typer.Option("--input-name", help="Name of the model input.")]
 OutNameOpt = Annotated[str, typer.Option("--output-name", help="Name of the model output.")]
+ImagesOpt = Annotated[Optional[Path], typer.Option(
+    "--images", help="Also check on these images (labels from a numeric file-name prefix, e.g. 3_0001.png).")]
+MaxBatchOpt = Annotated[int, typer.Option("--max-batch", min=1, help="Largest batch checked when it is dynamic.")]
 
 
 def _stderr():
@@ -112,17 +115,25 @@ def render_result(result: dict[str, Any]) -> None:
     parity = result.get("parity")
     console = Console()
     if parity:
-        table = Table(title=f"{result['backend']} vs PyTorch ({result['precision']}, provider {result['provider']})")
-        for column in ("batch", "output", "max abs err", "mean abs err", "cosine", "top-1", "ok"):
-            table.add_column(column, justify="right")
+        from rich import box
+
+        outputs = sorted({c["output"] for c in parity["checks"]})
+        title = f"{result['backend']} vs PyTorch: {', '.join(outputs)} ({result['precision']}, {result['provider']})"
+        table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+        columns = ["input"] + (["output"] if len(outputs) > 1 else []) + [
+            "max |Δ|", "mean |Δ|", "p99 rel", "cosine", "top-1", "top-5", "ok"]
+        for column in columns:
+            table.add_column(column, justify="left" if column in ("input", "output") else "right", no_wrap=True)
+        nan = float("nan")
         for c in parity["checks"]:
-            table.add_row(str(c["batch"]), c["output"], fmt(c.get("max_abs_error", float("nan"))),
-                          fmt(c.get("mean_abs_error", float("nan"))), f"{c.get('cosine_similarity', float('nan')):.7f}",
-                          fmt(c.get("top1_agreement", float("nan"))), "[green]yes[/green]" if c["passed"] else "[red]NO[/red]")
+            cells = [c.get("feed", str(c["batch"]))] + ([c["output"]] if len(outputs) > 1 else []) + [
+                fmt(c.get("max_abs_error", nan), 2), fmt(c.get("mean_abs_error", nan), 2),
+                fmt(c.get("p99_relative_error", nan), 2), f"{c.get('cosine_similarity', nan):.7f}",
+                fmt(c.get("top1_agreement", nan)), fmt(c.get("top5_agreement", nan)),
+                "[green]yes[/green]" if c["passed"] else "[red]NO[/red]"]
+            table.add_row(*cells)
         console.print(table)
-        verdict = "[green]PASSED[/green]" if parity["passed"] else "[red]FAILED[/red]"
-        console.print(f"parity {verdict} (atol {parity['atol']:g}, rtol {parity['rtol']:g}, "
-                      f"min cosine {parity['min_cosine']})")
+        render_checks(console, parity)
     else:
         console.print("parity: not checked (--no-verify)")
     if result.get("artifact_modified"):
@@ -147,6 +158,31 @@ def stdout_to_stderr(enabled: bool):
         os.close(saved)
 
 
+def render_checks(console, parity: dict[str, Any]) -> None:
+    """The verdict and what lies beyond the table: images, determinism, lint, divergence."""
+    images = parity.get("images")
+    if images:
+        line = f"images: {images['count']} from {images['directory']}, top-1 agreement {images['top1_agreement']:.4f}"
+        if "accuracy" in images:
+            acc = images["accuracy"]
+            line += f"; accuracy PyTorch {acc['reference']:.4f} vs artifact {acc['candidate']:.4f}"
+        console.print(line, highlight=False)
+    if parity.get("deterministic") is False:
+        console.print("[red]not deterministic:[/red] the same input gave different outputs twice")
+    for f in parity.get("lint", []):
+        colour = {"error": "red", "warning": "yellow"}.get(f["severity"], "dim")
+        console.print(f"[{colour}]lint {f['severity']}[/{colour}] {f['rule']} at {f['node']}: {f['message']}",
+                      highlight=False)
+    divergence = parity.get("divergence")
+    if divergence:
+        where = divergence.get("first_divergent_block")
+        console.print(f"[red]first divergent block:[/red] {where}" if where else f"divergence: {divergence['reason']}",
+                      highlight=False)
+    verdict = "[green]PASSED[/green]" if parity["passed"] else "[red]FAILED[/red]"
+    console.print(f"parity {verdict} (atol {parity['atol']:g}, rtol {parity['rtol']:g}, "
+                  f"min cosine {parity['min_cosine']})")
+
+
 def emit(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(result, indent=2, default=str))
@@ -155,13 +191,13 @@ def emit(result: dict[str, Any], as_json: bool) -> None:
 
 
 def run_export(backend: str, *, config, model, weights, allow_pickle, input_shape, overrides, seed, out, as_json,
-               no_verify, atol, rtol, options) -> None:
+               no_verify, atol, rtol, options, images=None, max_batch=8) -> None:
     from . import api
 
     spec = source_spec(config, model, weights, allow_pickle, input_shape, overrides, seed)
     with stdout_to_stderr(as_json):
         result = api.export(backend, spec, options, out, verify=not no_verify, atol=atol, rtol=rtol, seed=seed,
-                            progress=progress_printer(not as_json))
+                            images=images, max_batch=max_batch, progress=progress_printer(not as_json))
     emit(result, as_json)
 
 
@@ -196,14 +232,15 @@ def torchscript(config: ConfigOpt = None, model: ModelOpt = None, weights: Weigh
                 allow_pickle: PickleOpt = False, input_shape: ShapeOpt = None, overrides: SetOpt = None,
                 out: OutOpt = Path("vitexport-out"), as_json: JsonOpt = False, no_verify: NoVerifyOpt = False,
                 dynamic_batch: DynOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, seed: SeedOpt = 0,
-                input_name: InNameOpt = "pixel_values", output_name: OutNameOpt = "logits") -> None:
+                input_name: InNameOpt = "pixel_values", output_name: OutNameOpt = "logits",
+                images: ImagesOpt = None, max_batch: MaxBatchOpt = 8) -> None:
     """Trace to TorchScript (.pt), reload it and check it against PyTorch."""
     from .backends.base import ExportOptions
 
     options = ExportOptions(dynamic_batch=dynamic_batch, input_name=input_name, output_name=output_name)
     run_export("torchscript", config=config, model=model, weights=weights, allow_pickle=allow_pickle,
                input_shape=input_shape, overrides=overrides, seed=seed, out=out, as_json=as_json,
-               no_verify=no_verify, atol=atol, rtol=rtol, options=options)
+               no_verify=no_verify, atol=atol, rtol=rtol, options=options, images=images, max_batch=max_batch)
 
 
 @app.command()
@@ -213,6 +250,7 @@ def onnx(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt =
          out: OutOpt = Path("vitexport-out"), as_json: JsonOpt = False, no_verify: NoVerifyOpt = False,
          dynamic_batch: DynOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, seed: SeedOpt = 0,
          input_name: InNameOpt = "pixel_values", output_name: OutNameOpt = "logits",
+         images: ImagesOpt = None, max_batch: MaxBatchOpt = 8,
          opset: Annotated[int, typer.Option(help="ONNX opset (legacy 13-20, dynamo 18-23).")] = 17,
          exporter: Annotated[str, typer.Option(
              help="legacy (TorchScript-based), dynamo (torch.export), or auto: legacy, then dynamo if it fails.")] = "auto",
@@ -224,18 +262,20 @@ def onnx(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt =
                             opset=opset, exporter=exporter)
     run_export("onnx", config=config, model=model, weights=weights, allow_pickle=allow_pickle,
                input_shape=input_shape, overrides=overrides, seed=seed, out=out, as_json=as_json,
-               no_verify=no_verify, atol=atol, rtol=rtol, options=options)
+               no_verify=no_verify, atol=atol, rtol=rtol, options=options, images=images, max_batch=max_batch)
 
 
 @app.command()
 @handle_errors
 def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it).")],
-           as_json: JsonOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None) -> None:
+           as_json: JsonOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, images: ImagesOpt = None,
+           max_batch: MaxBatchOpt = 8) -> None:
     """Re-check an existing artifact against the model recorded in its sidecar."""
     from . import api
 
     with stdout_to_stderr(as_json):
-        result = api.verify(artifact, atol=atol, rtol=rtol, progress=progress_printer(not as_json))
+        result = api.verify(artifact, atol=atol, rtol=rtol, images=images, max_batch=max_batch,
+                            progress=progress_printer(not as_json))
     emit(result, as_json)
 
 

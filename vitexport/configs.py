@@ -161,6 +161,9 @@ PRESETS: dict[str, ViTConfig] = {
         _preset("base-384", image_size=384, embed_dim=768, depth=12, num_heads=12),
         _preset("small-gap", embed_dim=384, depth=12, num_heads=6, pooling="mean", pos_embed="sincos"),
         _preset("tiny-relu", embed_dim=192, depth=12, num_heads=3, activation="relu", attention="manual"),
+        # The trained sample (samples/digits): 8x8 grayscale handwritten digits, 2x2 patches.
+        _preset("digits", image_size=8, patch_size=2, in_chans=1, num_classes=10, embed_dim=64, depth=4,
+                num_heads=4, mean=(0.5,), std=(0.5,)),
     )
 }
 

@@ -48,17 +48,19 @@ def metrics(reference: np.ndarray, candidate: np.ndarray, tol: Tolerance) -> dic
     r, c = ref.ravel(), cand.ravel()
     denom = np.linalg.norm(r) * np.linalg.norm(c)
     cosine = float(r @ c / denom) if denom > 0 else (1.0 if np.array_equal(r, c) else 0.0)
-    if ref.ndim >= 2:
-        flat_ref, flat_cand = ref.reshape(ref.shape[0], -1), cand.reshape(cand.shape[0], -1)
-        top1 = float(np.mean(flat_ref.argmax(1) == flat_cand.argmax(1)))
-    else:
-        top1 = 1.0
+    rows_ref = ref.reshape(ref.shape[0], -1) if ref.ndim >= 2 else ref.reshape(1, -1)
+    rows_cand = cand.reshape(rows_ref.shape)
+    # Relative error against max(|ref|, atol): near-zero references would otherwise dominate.
+    relative = diff / np.maximum(np.abs(ref), tol.atol)
     within = bool((diff <= tol.atol + tol.rtol * np.abs(ref)).all())
     out = {
         "max_abs_error": float(diff.max()) if diff.size else 0.0,
         "mean_abs_error": float(diff.mean()) if diff.size else 0.0,
+        "p99_relative_error": float(np.percentile(relative, 99)) if diff.size else 0.0,
         "cosine_similarity": cosine,
-        "top1_agreement": top1,
+        "top1_agreement": float(np.mean(rows_ref.argmax(1) == rows_cand.argmax(1))),
+        "top5_agreement": top5_agreement(rows_ref, rows_cand),
+        "softmax_kl": softmax_kl(rows_ref, rows_cand) if finite else float("inf"),
         "within_tolerance": within,
     }
     reasons = []
@@ -77,16 +79,37 @@ def metrics(reference: np.ndarray, candidate: np.ndarray, tol: Tolerance) -> dic
     return out
 
 
-def compare(runs: list[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]], tol: Tolerance,
-            precision: str) -> dict:
-    """Combine per-batch, per-output metrics into one report; top-level numbers are the worst case."""
+def top5_agreement(ref: np.ndarray, cand: np.ndarray) -> float:
+    """Mean overlap of the two top-5 sets per row (1.0: same five classes, in any order)."""
+    k = min(5, ref.shape[1])
+    top_ref = np.argsort(-ref, axis=1)[:, :k]
+    top_cand = np.argsort(-cand, axis=1)[:, :k]
+    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(top_ref, top_cand)]))
+
+
+def softmax_kl(ref: np.ndarray, cand: np.ndarray) -> float:
+    """Mean KL(softmax(ref) || softmax(cand)) per row, in nats."""
+    def log_softmax(z):
+        z = z - z.max(axis=1, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+    lp, lq = log_softmax(ref), log_softmax(cand)
+    return float(np.mean((np.exp(lp) * (lp - lq)).sum(axis=1)))
+
+
+def compare(runs: list[tuple], tol: Tolerance, precision: str) -> dict:
+    """Combine per-feed, per-output metrics into one report; top-level numbers are the worst case.
+
+    `runs` holds (batch, feed name, reference outputs, candidate outputs) tuples.
+    """
     checks = []
-    for batch, ref_outputs, cand_outputs in runs:
+    for batch, feed, ref_outputs, cand_outputs in runs:
         for name, ref in ref_outputs.items():
+            where = {"batch": batch, "feed": feed, "output": name}
             if name not in cand_outputs:
-                checks.append({"batch": batch, "output": name, "passed": False, "reason": "output missing"})
+                checks.append({**where, "passed": False, "reason": "output missing"})
                 continue
-            checks.append({"batch": batch, "output": name, **metrics(ref, cand_outputs[name], tol)})
+            checks.append({**where, **metrics(ref, cand_outputs[name], tol)})
     numeric = [c for c in checks if "max_abs_error" in c]
     failed = [c for c in checks if not c["passed"]]
     return {
@@ -96,8 +119,11 @@ def compare(runs: list[tuple[int, dict[str, np.ndarray], dict[str, np.ndarray]]]
         "mean_abs_error": max((c["mean_abs_error"] for c in numeric), default=float("nan")),
         "cosine_similarity": min((c["cosine_similarity"] for c in numeric), default=float("nan")),
         "top1_agreement": min((c["top1_agreement"] for c in numeric), default=float("nan")),
+        "top5_agreement": min((c["top5_agreement"] for c in numeric), default=float("nan")),
+        "p99_relative_error": max((c["p99_relative_error"] for c in numeric), default=float("nan")),
+        "softmax_kl": max((c["softmax_kl"] for c in numeric), default=float("nan")),
         **tol.to_dict(),
         "batches": sorted({c["batch"] for c in checks}),
         "checks": checks,
-        "failures": [f"batch {c['batch']} {c['output']}: {c['reason']}" for c in failed],
+        "failures": [f"{c['feed']} batch {c['batch']} {c['output']}: {c['reason']}" for c in failed],
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import tempfile
 import warnings
 from pathlib import Path
@@ -117,6 +119,16 @@ class OnnxBackend:
     def load(self, artifact_path: Path, sidecar: dict[str, Any], **options: Any) -> OnnxRuntimeRunner:
         return OnnxRuntimeRunner(artifact_path, options.get("providers"), options.get("threads"))
 
+    def lint(self, artifact_path: Path, sidecar: dict[str, Any]) -> list[dict]:
+        from ..lint import lint_onnx
+
+        return lint_onnx(artifact_path, sidecar["dynamic_batch"], sidecar.get("target_precision", "fp32"))
+
+    def localize(self, loaded, artifact_path: Path, sidecar: dict[str, Any], x: np.ndarray, tol) -> dict:
+        from ..localize import localize_onnx
+
+        return localize_onnx(loaded, artifact_path, x, sidecar["input_names"][0], tol)
+
 
 def _export_any(model, example, path: Path, options: ExportOptions) -> tuple[str, str | None]:
     """Run the requested exporter (or each of auto's in turn); return the one that worked."""
@@ -146,6 +158,20 @@ def _root_cause(e: Exception) -> str:
     return f"{type(e).__name__}: {lines[0] if lines else ''}"
 
 
+@contextlib.contextmanager
+def _quiet_torch_logs():
+    """torch.export logs whole stack traces for failures we report in one line ourselves."""
+    loggers = [logging.getLogger(name) for name in ("torch", "onnxscript", "onnx_ir")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 def _torch_export(model, example, path: Path, options: ExportOptions, exporter: str) -> None:
     import torch
 
@@ -153,7 +179,7 @@ def _torch_export(model, example, path: Path, options: ExportOptions, exporter: 
 
     names = dict(input_names=[options.input_name], output_names=[options.output_name])
     try:
-        with torch.no_grad(), export_mode(), warnings.catch_warnings():
+        with torch.no_grad(), export_mode(), warnings.catch_warnings(), _quiet_torch_logs():
             warnings.simplefilter("ignore")  # tracer chatter; real problems raise or fail parity
             if exporter == "legacy":
                 axes = {options.input_name: {0: "batch"}, options.output_name: {0: "batch"}}

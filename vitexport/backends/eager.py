@@ -14,6 +14,10 @@ class EagerRunner:
     provider = "torch-cpu"
 
     def __init__(self, model, input_name: str = "pixel_values", output_name: str = "logits", device: str = "cpu"):
+        if device != "cpu":
+            import copy
+
+            model = copy.deepcopy(model).to(device)  # the CPU reference stays where it is
         self.model, self.input_name, self.output_name, self.device = model, input_name, output_name, device
         self.provider = f"torch-{device}"
 

@@ -51,7 +51,7 @@ def test_export_json_contract(command, tmp_path):
 def test_human_output_shows_table_and_path(tmp_path):
     result = invoke("onnx", "--config", "tiny", *FAST, "--out", tmp_path)
     assert result.exit_code == 0
-    assert "max abs err" in result.stdout and "PASSED" in result.stdout
+    assert "max |Δ|" in result.stdout and "PASSED" in result.stdout
     assert str(tmp_path / "tiny.onnx") in result.stdout.replace("\n", "")
 
 

@@ -110,7 +110,7 @@ def check(loaded: LoadedModel, be, artifact_path: Path, record: dict, tol, seed:
 
     in_name, out_name = record["input_names"][0], record["output_names"][0]
     reference = EagerRunner(loaded.model, in_name, out_name)
-    feeds, labels = _feeds(loaded, record["dynamic_batch"], seed, images, max_batch)
+    feeds, labels = _feeds(loaded, record, seed, images, max_batch)
     runs, image_outputs = [], {"reference": [], "candidate": []}
     with be.load(artifact_path, record, **(backend_options or {})) as runner:
         for feed_name, x, real in feeds:
@@ -145,19 +145,25 @@ def check(loaded: LoadedModel, be, artifact_path: Path, record: dict, tol, seed:
     return report, provider
 
 
-def _feeds(loaded: LoadedModel, dynamic_batch: bool, seed: int, images, max_batch: int):
-    """(name, input array, real rows) for each run: seeded random batches, then the images if any."""
+def _feeds(loaded: LoadedModel, record: dict, seed: int, images, max_batch: int):
+    """(name, input array, real rows) for each run: seeded random batches, then the images if any.
+
+    Artifacts that accept a fixed list of batch sizes (Core ML enumerated shapes) are checked at each.
+    """
     from .inputs import chunks, load_images, random_pixels, verification_batches
 
     pre = loaded.preprocessing
+    dynamic_batch = record["dynamic_batch"]
+    enumerated = (record.get("info") or {}).get("batch_sizes")
+    batches = enumerated or verification_batches(loaded.input_shape, dynamic_batch, max_batch)
     feeds = []
-    for batch in verification_batches(loaded.input_shape, dynamic_batch, max_batch):
+    for batch in batches:
         x = random_pixels((batch, *loaded.input_shape[1:]), seed + batch, pre.get("mean"), pre.get("std"))
         feeds.append((f"random b={batch}", x, batch))
     labels = None
     if images is not None:
         x, labels, _names = load_images(images, pre, loaded.input_shape)
-        batch = max_batch if dynamic_batch else loaded.input_shape[0]
+        batch = max(enumerated) if enumerated else max_batch if dynamic_batch else loaded.input_shape[0]
         for i, (part, real) in enumerate(chunks(x, batch)):
             feeds.append((f"images[{i * batch}:{i * batch + real}]", part, real))
     return feeds, labels

@@ -267,6 +267,44 @@ def onnx(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt =
 
 @app.command()
 @handle_errors
+def coreml(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt = None,
+           allow_pickle: PickleOpt = False, input_shape: ShapeOpt = None, overrides: SetOpt = None,
+           out: OutOpt = Path("vitexport-out"), as_json: JsonOpt = False, no_verify: NoVerifyOpt = False,
+           atol: AtolOpt = None, rtol: RtolOpt = None, seed: SeedOpt = 0,
+           input_name: InNameOpt = "pixel_values", output_name: OutNameOpt = "logits", images: ImagesOpt = None,
+           precision: Annotated[str, typer.Option(help="Compute precision of the ML program: fp16 or fp32.")] = "fp16",
+           target: Annotated[str, typer.Option(help="Minimum deployment target: iOS16, iOS17 or iOS18.")] = "iOS17",
+           compress: Annotated[Optional[str], typer.Option(
+               help="Weight compression: int8, int4 (iOS18), palette8, palette6 or palette4.")] = None,
+           image_input: Annotated[bool, typer.Option(
+               "--image-input", help="Take RGB 0-255 pixels; the model's mean/std is folded into the program.")] = False,
+           labels: Annotated[Optional[Path], typer.Option(help="Class names, one per line (stored in metadata).")] = None,
+           batch_sizes: Annotated[Optional[str], typer.Option(
+               help="Enumerated batch sizes, e.g. 1,4,8 (default: one fixed batch).")] = None,
+           author: Annotated[Optional[str], typer.Option(help="Author recorded in the package.")] = None,
+           license: Annotated[Optional[str], typer.Option(help="License recorded in the package.")] = None,
+           ) -> None:
+    """Convert to a Core ML package (.mlpackage) and check it against PyTorch.
+
+    Off macOS the check runs vitexport's own evaluator of the saved ML program."""
+    from .backends.base import ExportOptions
+
+    sizes = None
+    if batch_sizes:
+        try:
+            sizes = [int(b) for b in batch_sizes.split(",")]
+        except ValueError:
+            raise UsageError(f"--batch-sizes expects integers like 1,4,8, got {batch_sizes!r}") from None
+    extra = {"target": target, "precision": precision, "compress": compress, "image_input": image_input,
+             "labels": str(labels) if labels else None, "batch_sizes": sizes, "author": author, "license": license}
+    options = ExportOptions(input_name=input_name, output_name=output_name, precision=precision, extra=extra)
+    run_export("coreml", config=config, model=model, weights=weights, allow_pickle=allow_pickle,
+               input_shape=input_shape, overrides=overrides, seed=seed, out=out, as_json=as_json,
+               no_verify=no_verify, atol=atol, rtol=rtol, options=options, images=images)
+
+
+@app.command()
+@handle_errors
 def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it).")],
            as_json: JsonOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, images: ImagesOpt = None,
            max_batch: MaxBatchOpt = 8) -> None:

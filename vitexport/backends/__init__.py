@@ -11,6 +11,7 @@ REGISTRY: dict[str, str] = {
     "torch": "vitexport.backends.eager",
     "torchscript": "vitexport.backends.torchscript",
     "onnx": "vitexport.backends.onnx",
+    "coreml": "vitexport.backends.coreml",
 }
 
 

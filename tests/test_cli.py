@@ -141,3 +141,29 @@ def test_bad_input_exits_with_one_line(tmp_path, args, code, message):
     assert message in text
     assert "Traceback" not in text
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_bench_and_compare_end_to_end(tmp_path):
+    args = ["bench", "--config", "tiny", "--set", "depth=1", "--backend", "torch", "--backend", "onnxruntime",
+            "--backend", "torch-cuda", "--batch", "1", "--batch", "2", "--iters", "3", "--warmup-iters", "1",
+            "--warmup-s", "0", "--no-roofline", "--out", tmp_path, "--json", tmp_path / "r.json"]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    rows = {(r["backend"], r["batch_size"]): r for r in data["results"]}
+    assert set(rows) == {(b, n) for b in ("torch", "onnxruntime", "torch-cuda") for n in (1, 2)}
+    for key in (("torch", 1), ("onnxruntime", 2)):
+        assert rows[key]["available"] and rows[key]["iterations"] == 3
+        assert {"mean", "p50", "p90", "p99"} <= set(rows[key]["latency_ms"]) and rows[key]["throughput_ips"] > 0
+    assert rows[("onnxruntime", 1)]["provider"] == "CPUExecutionProvider"
+    import torch
+
+    assert rows[("torch-cuda", 1)]["available"] is torch.cuda.is_available()
+    assert data["fingerprint"]["threads"] == data["settings"]["threads"]
+    merged = invoke("compare", tmp_path / "r.json", tmp_path / "r.json", "--out", tmp_path / "merged", "--json")
+    assert merged.exit_code == 0 and json.loads(merged.stdout)["ranking"]["1"]
+
+
+def test_bench_rejects_unknown_backends(tmp_path):
+    result = invoke("bench", "--config", "tiny", "--backend", "tflite", "--out", tmp_path)
+    assert result.exit_code == 2 and "unknown bench backend" in result.stderr

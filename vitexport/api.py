@@ -14,7 +14,7 @@ import numpy as np
 
 from . import backends, sidecar
 from .backends.base import ExportOptions
-from .errors import BackendUnavailable, OutputError, ParityError, WeightsError
+from .errors import BackendUnavailable, OutputError, ParityError, UsageError, WeightsError
 from .inputs import DEFAULT_MAX_BATCH
 from .sources import LoadedModel, SourceSpec
 
@@ -274,3 +274,162 @@ def _result(record: dict, artifact: Path, timings: dict) -> dict[str, Any]:
         "parity": record.get("parity"),
         "timings": timings,
     }
+
+
+# Benchmark targets: name -> (backend that runs it, its load options, artifact it needs or None).
+BENCH_TARGETS: dict[str, tuple[str, dict[str, Any], str | None]] = {
+    "torch": ("torch", {}, None),
+    "torch-cuda": ("torch", {"device": "cuda"}, None),
+    "torchscript": ("torchscript", {}, "torchscript"),
+    "onnxruntime": ("onnx", {"providers": ["CPUExecutionProvider"]}, "onnx"),
+    "onnxruntime-cuda": ("onnx", {"providers": ["CUDAExecutionProvider"], "allow_fallback": False}, "onnx"),
+    "onnxruntime-tensorrt": ("onnx", {"providers": ["TensorrtExecutionProvider"], "allow_fallback": False}, "onnx"),
+    "coreml": ("coreml", {}, "coreml"),
+}
+
+
+def bench(spec: SourceSpec | None, targets: list[str], batches: list[int], *, artifacts: list[str | Path] = (),
+          threads: int | None = None, warmup_iters: int = 5, warmup_s: float = 1.0, iters: int | None = None,
+          budget_s: float | None = 5.0, seed: int = 0, out_dir: str | Path = "vitexport-out",
+          roofline: bool = True, label: str | None = None, progress: Progress = _quiet) -> dict[str, Any]:
+    """Measure each target at each batch size, each in its own subprocess, on identical feeds."""
+    import os
+
+    from . import fingerprint, report as reports
+
+    unknown = [t for t in targets if t not in BENCH_TARGETS]
+    if unknown:
+        raise UsageError(f"unknown bench backend(s) {', '.join(unknown)} (known: {', '.join(BENCH_TARGETS)})")
+    if not batches or min(batches) < 1:
+        raise UsageError("--batch must be a positive integer")
+    threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    out = prepare_out_dir(out_dir)
+    records, model_name, gflops = _bench_sources(spec, targets, artifacts, out, seed, progress)
+    settings = {"threads": threads, "warmup_iters": warmup_iters, "warmup_s": warmup_s, "iters": iters,
+                "budget_s": budget_s, "seed": seed, "mode": "end-to-end: host arrays in, host arrays out"}
+    results = []
+    for target in targets:
+        runner_backend, load_options, needs = BENCH_TARGETS[target]
+        source = records.get(needs or "torch")
+        for batch in batches:
+            row = {"backend": target, "batch_size": batch, "model": model_name,
+                   "precision": (source or {}).get("record", {}).get("precision", "fp32")}
+            reason = _bench_unavailable(target, runner_backend, source, _system())
+            if reason:
+                results.append({**row, "available": False, "reason": reason})
+                continue
+            progress(f"timing {target} at batch {batch}")
+            job = {"runner_backend": runner_backend, "artifact": source.get("artifact"), "record": source["record"],
+                   "batch": batch, "threads": threads, "warmup_iters": warmup_iters, "warmup_s": warmup_s,
+                   "iters": iters, "budget_s": budget_s, "seed": seed, "load_options": load_options}
+            measured = _run_worker(job, threads)
+            if not measured.pop("ok"):
+                results.append({**row, "available": False, "reason": measured["reason"]})
+                continue
+            results.append({**row, "available": True, "reason": None, "artifact_bytes": source.get("bytes"),
+                            **measured})
+    report = {"schema": reports.SCHEMA, "model": model_name, "label": label,
+              "fingerprint": fingerprint.fingerprint(threads), "settings": settings, "results": results,
+              "roofline": None}
+    if roofline:
+        from .roofline import fraction_of_roofline, gemm_rate
+
+        progress("measuring the GEMM roofline")
+        roof = gemm_rate(threads=threads)
+        report["roofline"] = {**roof, "model_gflop_per_image": gflops}
+        for r in results:
+            if r.get("available") and gflops:
+                r["roofline_fraction"] = fraction_of_roofline(gflops, r["throughput_ips"], roof["gflops"])
+    report["files"] = reports.write_all(report, out / f"bench-{_safe(model_name)}")
+    return report
+
+
+def _safe(name: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_.") or "model"
+
+
+def _bench_sources(spec, targets, artifacts, out: Path, seed: int, progress: Progress):
+    """What each target runs: artifacts given by the user, or exports made (and verified) now."""
+    from .sources import load
+
+    records: dict[str, dict] = {}
+    for path in artifacts:
+        record = sidecar.read(Path(path))
+        records[record["backend"]] = {"artifact": str(path), "record": record, "bytes": _size(Path(path))}
+        records.setdefault("torch", {"artifact": None, "record": {**record, "backend": "torch"}, "bytes": None})
+    model_name, gflops = None, None
+    if spec is not None:
+        loaded = load(spec)
+        model_name = spec.model
+        gflops = loaded.config.gflops() if loaded.config else None
+        records["torch"] = {"artifact": None, "bytes": None, "record": {
+            "backend": "torch", "source": loaded.describe(), "input_names": ["pixel_values"],
+            "output_names": ["logits"], "dynamic_batch": True, "precision": "fp32", "info": {}}}
+        needed = {BENCH_TARGETS[t][2] for t in targets} - {None} - set(records)
+        for backend in sorted(needed):
+            if not backends.get(backend).availability().ok or _bench_unavailable(backend, backend, {}, _system()):
+                continue
+            progress(f"exporting {backend} (verified) for the benchmark")
+            options = ExportOptions(dynamic_batch=backend != "coreml",
+                                    precision="fp32", extra={"precision": "fp32"} if backend == "coreml" else {})
+            result = export(backend, spec, options, out / "artifacts", seed=seed)
+            records[backend] = {"artifact": result["artifact"], "record": sidecar.read(Path(result["artifact"])),
+                                "bytes": _size(Path(result["artifact"]))}
+    elif records:
+        any_record = next(iter(records.values()))["record"]
+        model_name = any_record["source"]["spec"]["model"]
+        cfg = any_record["source"].get("config")
+        if cfg:
+            from .configs import ViTConfig
+
+            gflops = ViTConfig.from_dict(cfg).gflops()
+    else:
+        raise UsageError("give --config/--model or artifact paths to benchmark")
+    return records, model_name, gflops
+
+
+def _system() -> str:
+    import platform
+
+    return platform.system()
+
+
+def _bench_unavailable(target: str, runner_backend: str, source: dict | None, system: str) -> str | None:
+    if target == "coreml" and system != "Darwin":
+        return "Core ML runs only on macOS (the Linux evaluator checks numerics, it does not measure speed)"
+    if source is None:
+        availability = backends.get(runner_backend).availability()
+        return availability.reason if not availability.ok else f"no {runner_backend} artifact to run"
+    if target == "torch-cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "no CUDA device visible to torch"
+    return None
+
+
+def _size(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    extra = path.with_name(path.name + ".data")
+    return path.stat().st_size + (extra.stat().st_size if extra.exists() else 0)
+
+
+def _run_worker(job: dict, threads: int) -> dict:
+    """Run one measurement in a fresh interpreter with the thread count fixed before any import."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "OPENBLAS_NUM_THREADS": str(threads)}
+    proc = subprocess.run([sys.executable, "-m", "vitexport.bench_worker"], input=json.dumps(job, default=str),
+                          capture_output=True, text=True, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"ok": False, "reason": f"worker exited {proc.returncode}: {tail[:200]}"}
+    return json.loads(lines[-1])

@@ -104,6 +104,15 @@ def source_spec(config: Optional[str], model: Optional[str], weights: Optional[P
                       seed=seed)
 
 
+def wide_console():
+    """Benchmark tables have many numeric columns: never squeeze them below 110 columns."""
+    import shutil
+
+    from rich.console import Console
+
+    return Console(width=max(shutil.get_terminal_size((110, 24)).columns, 110))
+
+
 def fmt(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
@@ -315,6 +324,72 @@ def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by
         result = api.verify(artifact, atol=atol, rtol=rtol, images=images, max_batch=max_batch,
                             progress=progress_printer(not as_json))
     emit(result, as_json)
+
+
+@app.command()
+@handle_errors
+def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(help="Artifacts to time (sidecars beside them).")] = None,
+          config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt = None, allow_pickle: PickleOpt = False,
+          input_shape: ShapeOpt = None, overrides: SetOpt = None, seed: SeedOpt = 0,
+          backend: Annotated[Optional[list[str]], typer.Option(
+              "--backend", "-b", help="torch, torch-cuda, torchscript, onnxruntime, onnxruntime-cuda, "
+                                      "onnxruntime-tensorrt, coreml (repeatable).")] = None,
+          batch: Annotated[Optional[list[int]], typer.Option("--batch", help="Batch size (repeatable).")] = None,
+          threads: Annotated[Optional[int], typer.Option(help="Threads for torch, ONNX Runtime and OpenMP "
+                                                                "(default: the usable cores).")] = None,
+          warmup_iters: Annotated[int, typer.Option(help="Warm-up runs (at least).")] = 5,
+          warmup_s: Annotated[float, typer.Option(help="Warm-up seconds (at least).")] = 1.0,
+          iters: Annotated[Optional[int], typer.Option(help="Timed runs (default: fill --budget-s).")] = None,
+          budget_s: Annotated[float, typer.Option(help="Seconds of timed runs per measurement.")] = 5.0,
+          roofline: Annotated[bool, typer.Option(help="Also measure the machine's GEMM rate.")] = True,
+          label: Annotated[Optional[str], typer.Option(help="Name of this machine in merged reports.")] = None,
+          out: OutOpt = Path("vitexport-out"),
+          json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the JSON report here.")] = None,
+          ) -> None:
+    """Time each backend on identical inputs; print one table, write JSON, CSV, Markdown and a PNG plot."""
+    from . import api, report
+
+    spec = source_spec(config, model, weights, allow_pickle, input_shape, overrides, seed) \
+        if (config or model or not artifacts) else None
+    targets = backend or ["torch", "onnxruntime"]
+    result = api.bench(spec, targets, batch or [1], artifacts=artifacts or [], threads=threads,
+                       warmup_iters=warmup_iters, warmup_s=warmup_s, iters=iters, budget_s=budget_s, seed=seed,
+                       out_dir=out, roofline=roofline, label=label, progress=progress_printer(True))
+    if json_path:
+        report.write_json(result, json_path)
+    console = wide_console()
+    console.print(report.rich_table(result, f"vitexport bench: {result['model']} ({result['settings']['threads']} threads)"))
+    for line in report.unavailable(result):
+        console.print(f"[dim]{line}[/dim]", highlight=False, soft_wrap=True)
+    roof = result.get("roofline")
+    if roof:
+        console.print(f"roofline: one {roof['n']}³ MatMul in ONNX Runtime reaches {roof['gflops']:.0f} GFLOP/s here")
+    console.print("reports: " + ", ".join(result["files"].values()), highlight=False, soft_wrap=True)
+
+
+@app.command()
+@handle_errors
+def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON reports, e.g. from two machines.")],
+            out: Annotated[Path, typer.Option("--out", "-o", help="Stem of the merged report files.")] =
+            Path("vitexport-out/compare"),
+            as_json: JsonOpt = False) -> None:
+    """Merge bench reports from several machines into one table and plot, ranked per batch size."""
+    from . import report
+
+    merged = report.merge(reports)
+    ranks = report.ranking(merged)
+    merged["ranking"] = {str(b): [f"{r['device_label']} {r['backend']}" for r in group] for b, group in ranks.items()}
+    merged["files"] = report.write_all(merged, out)
+    if as_json:
+        print(json.dumps(merged, indent=2, default=str))
+        return
+    console = wide_console()
+    console.print(report.rich_table(merged, "vitexport compare"))
+    for line in report.unavailable(merged):
+        console.print(f"[dim]{line}[/dim]", highlight=False, soft_wrap=True)
+    for b, names in merged["ranking"].items():
+        console.print(f"batch {b}, fastest first: " + " < ".join(names), highlight=False)
+    console.print("reports: " + ", ".join(merged["files"].values()), highlight=False, soft_wrap=True)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import warnings
 from pathlib import Path
@@ -32,6 +33,7 @@ COMPRESSIONS = {
 
 def _import_coremltools():
     logging.getLogger("coremltools").setLevel(logging.ERROR)  # it warns about every macOS-only proxy
+    os.environ.setdefault("TQDM_DISABLE", "1")  # conversion progress bars would bury our own output
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

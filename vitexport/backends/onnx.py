@@ -36,7 +36,8 @@ def check_options(options: ExportOptions) -> None:
 
 
 class OnnxRuntimeRunner:
-    def __init__(self, path: Path, providers: list[str] | None = None, threads: int | None = None):
+    def __init__(self, path: Path, providers: list[str] | None = None, threads: int | None = None,
+                 allow_fallback: bool = True):
         try:
             import onnxruntime as ort
         except ImportError:
@@ -50,8 +51,12 @@ class OnnxRuntimeRunner:
             self.session = ort.InferenceSession(str(path), so, providers=requested)
         except Exception as e:
             raise RuntimeFailure(f"ONNX Runtime cannot load {path}: {str(e).splitlines()[0]}") from None
-        # ORT silently falls back to CPU when a provider's libraries are missing: report what ran.
+        # ORT silently falls back to CPU when a provider's libraries are missing: report what ran,
+        # and refuse a fallback the caller did not allow.
         self.provider = self.session.get_providers()[0]
+        if not allow_fallback and self.provider != requested[0]:
+            raise BackendUnavailable(f"{requested[0]} was requested but ONNX Runtime ran {self.provider} "
+                                     "(its libraries or the GPU are missing); pass --allow-fallback to accept that")
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
@@ -117,7 +122,8 @@ class OnnxBackend:
                         dynamic_batch=options.dynamic_batch, info=info)
 
     def load(self, artifact_path: Path, sidecar: dict[str, Any], **options: Any) -> OnnxRuntimeRunner:
-        return OnnxRuntimeRunner(artifact_path, options.get("providers"), options.get("threads"))
+        return OnnxRuntimeRunner(artifact_path, options.get("providers"), options.get("threads"),
+                                 options.get("allow_fallback", True))
 
     def lint(self, artifact_path: Path, sidecar: dict[str, Any]) -> list[dict]:
         from ..lint import lint_onnx

@@ -44,7 +44,6 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
     t0 = time.perf_counter()
     loaded = load(spec)
     timings["load_s"] = time.perf_counter() - t0
-    tol = parity.tolerance_for(options.precision, atol, rtol)
     final = out / f"{loaded.name}{be.suffix}"
     with staging(out) as stage:
         progress(f"exporting {loaded.name} to {backend}")
@@ -53,6 +52,7 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
         timings["export_s"] = time.perf_counter() - t0
         record = _record(loaded, artifact, options, seed)
         report = None
+        tol = parity.tolerance_for(artifact.precision, atol, rtol)  # what the artifact computes in
         if verify:
             progress("checking against PyTorch")
             t0 = time.perf_counter()

@@ -194,7 +194,7 @@ class CoreMLBackend:
         info = {"target": extra["target"], "compute_precision": extra["precision"], "compress": extra["compress"],
                 "image_input": extra["image_input"], "batch_sizes": batches, "labels": bool(extra["labels"]),
                 "converter": "torch.export", "engine_off_macos": "mil-evaluator"}
-        return Artifact(out_path, self.name, precision=_tolerance_profile(precision),
+        return Artifact(out_path, self.name, precision=precision,  # each compression has its own tolerance
                         input_names=[options.input_name], output_names=[options.output_name],
                         dynamic_batch=False, info=info)
 
@@ -226,11 +226,6 @@ def _compress(mlmodel, name: str):
         return cto.linear_quantize_weights(mlmodel, cto.OptimizationConfig(global_config=config))
     config = cto.OpPalettizerConfig(mode="kmeans", **kwargs)
     return cto.palettize_weights(mlmodel, cto.OptimizationConfig(global_config=config))
-
-
-def _tolerance_profile(precision: str) -> str:
-    """Compressed weights are judged by the int8 profile (cosine-led); plain fp16/fp32 by their own."""
-    return precision if precision in ("fp16", "fp32") else "int8"
 
 
 def _describe(mlmodel, loaded, extra: dict, options: ExportOptions) -> None:

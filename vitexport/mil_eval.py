@@ -179,6 +179,15 @@ def _sdpa(query, key, value, attn_mask=None, **_):
     return np.matmul(_softmax(scores, axis=-1), value)
 
 
+def _split(x, axis, num_splits=None, split_sizes=None, **_):
+    """Several outputs: a tuple, one array per output var."""
+    axis = int(axis)
+    if split_sizes is not None:
+        bounds = np.cumsum([int(s) for s in np.asarray(split_sizes)])[:-1]
+        return tuple(np.split(x, bounds, axis=axis))
+    return tuple(np.split(x, int(num_splits), axis=axis))
+
+
 def _concat(values, axis, interleave=False, **_):
     if interleave:
         raise UnsupportedOpError("concat with interleave")
@@ -193,6 +202,8 @@ OPS: dict[str, Callable[..., Any]] = {
     "reshape": _reshape,
     "transpose": lambda x, perm, **_: np.transpose(x, [int(p) for p in perm]),
     "concat": _concat,
+    "split": _split,
+    "stack": lambda values, axis, **_: np.stack(values, axis=int(axis)),
     "add": lambda x, y, **_: x + y,
     "sub": lambda x, y, **_: x - y,
     "mul": lambda x, y, **_: x * y,

@@ -53,7 +53,13 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
         record = _record(loaded, artifact, options, seed)
         report = None
         tol = parity.tolerance_for(artifact.precision, atol, rtol)  # what the artifact computes in
-        if verify:
+        runs_here = getattr(be, "runs_here", None)
+        unable = runs_here() if runs_here is not None else None
+        if verify and unable is not None and not unable.ok:
+            # Built but not runnable here (an engine without a GPU): say what was and was not checked.
+            report = {"passed": None, "skipped": unable.reason, **tol.to_dict()}
+            record["parity"], record["provider"] = report, None
+        elif verify:
             progress("checking against PyTorch")
             t0 = time.perf_counter()
             report, provider = check(loaded, be, artifact.path, record, tol, seed, images=images, max_batch=max_batch)
@@ -63,7 +69,7 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
         sidecar.write(sidecar.path_for(artifact.path), record)
         publish(stage, out)
     result = _result(record, final, timings)
-    if report is not None and not report["passed"]:
+    if report is not None and report["passed"] is False:
         raise ParityError(f"{backend} artifact does not match PyTorch: " + "; ".join(report["failures"][:3]), result)
     return result
 
@@ -154,7 +160,10 @@ def _feeds(loaded: LoadedModel, record: dict, seed: int, images, max_batch: int)
 
     pre = loaded.preprocessing
     dynamic_batch = record["dynamic_batch"]
-    enumerated = (record.get("info") or {}).get("batch_sizes")
+    info = record.get("info") or {}
+    enumerated = info.get("batch_sizes")
+    if info.get("profiles"):  # a TensorRT engine: check the first profile's min, opt and max
+        enumerated = sorted(set(info["profiles"][0]))
     batches = enumerated or verification_batches(loaded.input_shape, dynamic_batch, max_batch)
     feeds = []
     for batch in batches:
@@ -285,6 +294,7 @@ BENCH_TARGETS: dict[str, tuple[str, dict[str, Any], str | None]] = {
     "onnxruntime-cuda": ("onnx", {"providers": ["CUDAExecutionProvider"], "allow_fallback": False}, "onnx"),
     "onnxruntime-tensorrt": ("onnx", {"providers": ["TensorrtExecutionProvider"], "allow_fallback": False}, "onnx"),
     "coreml": ("coreml", {}, "coreml"),
+    "tensorrt": ("tensorrt", {}, "tensorrt"),
 }
 
 
@@ -399,6 +409,9 @@ def _system() -> str:
 def _bench_unavailable(target: str, runner_backend: str, source: dict | None, system: str) -> str | None:
     if target == "coreml" and system != "Darwin":
         return "Core ML runs only on macOS (the Linux evaluator checks numerics, it does not measure speed)"
+    runs_here = getattr(backends.get(runner_backend), "runs_here", None)
+    if runs_here is not None and not runs_here().ok:
+        return runs_here().reason
     if source is None:
         availability = backends.get(runner_backend).availability()
         return availability.reason if not availability.ok else f"no {runner_backend} artifact to run"

@@ -123,7 +123,9 @@ def render_result(result: dict[str, Any]) -> None:
 
     parity = result.get("parity")
     console = Console()
-    if parity:
+    if parity and parity.get("skipped"):
+        render_unverified(console, result)
+    elif parity:
         from rich import box
 
         outputs = sorted({c["output"] for c in parity["checks"]})
@@ -143,6 +145,8 @@ def render_result(result: dict[str, Any]) -> None:
             table.add_row(*cells)
         console.print(table)
         render_checks(console, parity)
+    elif parity and parity.get("skipped"):
+        pass
     else:
         console.print("parity: not checked (--no-verify)")
     if result.get("artifact_modified"):
@@ -165,6 +169,23 @@ def stdout_to_stderr(enabled: bool):
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def render_unverified(console, result: dict[str, Any]) -> None:
+    """An artifact built here that only runs elsewhere: what was checked, and what still needs the target."""
+    info = result.get("info", {})
+    console.print(f"[green]built[/green] {result['backend']} artifact with {info.get('flavour', '')} "
+                  f"{info.get('tensorrt_version', '')} for {info.get('target', '?')} in {info.get('build_s', 0):.1f} s",
+                  highlight=False)
+    if info.get("onnx_source"):
+        matched = "match it" if info.get("io_matches_onnx") else "were not compared"
+        console.print(f"checked here: {info['onnx_source']}; the engine's inputs/outputs "
+                      f"{[t['name'] for t in info.get('io', [])]} {matched}", highlight=False)
+    console.print(f"[yellow]not checked here:[/yellow] {result['parity']['skipped']}; run "
+                  f"`vitexport verify {result['artifact']}` on the target to compare the engine with PyTorch",
+                  highlight=False, soft_wrap=True)
+    if info.get("bundle"):
+        console.print(f"Jetson bundle: {info['bundle']['folder']}", highlight=False, soft_wrap=True)
 
 
 def render_checks(console, parity: dict[str, Any]) -> None:
@@ -310,6 +331,57 @@ def coreml(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt
     run_export("coreml", config=config, model=model, weights=weights, allow_pickle=allow_pickle,
                input_shape=input_shape, overrides=overrides, seed=seed, out=out, as_json=as_json,
                no_verify=no_verify, atol=atol, rtol=rtol, options=options, images=images)
+
+
+@app.command()
+@handle_errors
+def tensorrt(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt = None,
+             allow_pickle: PickleOpt = False, input_shape: ShapeOpt = None, overrides: SetOpt = None,
+             out: OutOpt = Path("vitexport-out"), as_json: JsonOpt = False, no_verify: NoVerifyOpt = False,
+             atol: AtolOpt = None, rtol: RtolOpt = None, seed: SeedOpt = 0,
+             input_name: InNameOpt = "pixel_values", output_name: OutNameOpt = "logits",
+             builder: Annotated[str, typer.Option(help="auto, tensorrt or rtx (TensorRT-RTX builds without a GPU).")] = "auto",
+             precision: Annotated[str, typer.Option(help="fp32, fp16 or int8.")] = "fp32",
+             fp32_layers: Annotated[str, typer.Option(
+                 help="ONNX op types kept in fp32 in fp16 builds (comma separated).")] = "LayerNormalization,Softmax",
+             min_batch: Annotated[int, typer.Option(help="Smallest batch of the profile.")] = 1,
+             opt_batch: Annotated[Optional[int], typer.Option(help="Batch TensorRT tunes for (default: max).")] = None,
+             max_batch: Annotated[int, typer.Option(help="Largest batch (above min: a dynamic batch).")] = 1,
+             batch_buckets: Annotated[Optional[str], typer.Option(
+                 help="One profile per bucket, e.g. 1,4,8 (ends at --max-batch).")] = None,
+             workspace_mb: Annotated[int, typer.Option(help="Builder workspace limit in MiB.")] = 1024,
+             optimization_level: Annotated[Optional[int], typer.Option(help="Builder optimisation level 0-5.")] = None,
+             timing_cache: Annotated[Optional[Path], typer.Option(
+                 help="Folder for timing caches (keyed by GPU architecture and TensorRT version).")] = None,
+             dla_core: Annotated[Optional[int], typer.Option(help="Run on this DLA core with GPU fallback.")] = None,
+             version_compatible: Annotated[bool, typer.Option(help="Build a version-compatible engine.")] = False,
+             hardware_compatibility: Annotated[Optional[str], typer.Option(
+                 help="ampere_plus or same_compute_capability.")] = None,
+             calibration_images: Annotated[Optional[Path], typer.Option(help="Images for int8 calibration.")] = None,
+             bundle: Annotated[Optional[Path], typer.Option(help="Also write a Jetson bundle to this folder.")] = None,
+             opset: Annotated[int, typer.Option(help="ONNX opset of the ONNX the engine builds from.")] = 17,
+             exporter: Annotated[str, typer.Option(help="ONNX exporter: auto, legacy or dynamo.")] = "auto",
+             ) -> None:
+    """Build a TensorRT engine from the verified ONNX; check it against PyTorch where a GPU runs it."""
+    from .backends.base import ExportOptions
+
+    try:
+        buckets = tuple(int(b) for b in batch_buckets.split(",")) if batch_buckets else ()
+    except ValueError:
+        raise UsageError(f"--batch-buckets expects integers like 1,4,8, got {batch_buckets!r}") from None
+    trt_options = {"builder": builder, "precision": precision, "fp32_layers": tuple(fp32_layers.split(",")) if
+                   fp32_layers else (), "min_batch": min_batch, "opt_batch": opt_batch or max_batch,
+                   "max_batch": max_batch, "batch_buckets": buckets, "workspace_mb": workspace_mb,
+                   "optimization_level": optimization_level, "timing_cache": str(timing_cache) if timing_cache else None,
+                   "dla_core": dla_core, "version_compatible": version_compatible,
+                   "hardware_compatibility": hardware_compatibility,
+                   "calibration_images": str(calibration_images) if calibration_images else None}
+    extra = {"tensorrt": trt_options, "bundle": str(bundle) if bundle else None, "out_dir": str(out), "seed": seed}
+    options = ExportOptions(dynamic_batch=max_batch > min_batch, input_name=input_name, output_name=output_name,
+                            opset=opset, exporter=exporter, precision=precision, extra=extra)
+    run_export("tensorrt", config=config, model=model, weights=weights, allow_pickle=allow_pickle,
+               input_shape=input_shape, overrides=overrides, seed=seed, out=out, as_json=as_json,
+               no_verify=no_verify, atol=atol, rtol=rtol, options=options)
 
 
 @app.command()

@@ -12,6 +12,7 @@ REGISTRY: dict[str, str] = {
     "torchscript": "vitexport.backends.torchscript",
     "onnx": "vitexport.backends.onnx",
     "coreml": "vitexport.backends.coreml",
+    "tensorrt": "vitexport.backends.tensorrt",
 }
 
 

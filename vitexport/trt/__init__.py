@@ -1,0 +1,1 @@
+"""TensorRT support: the API adapter, build options, the engine builder and the Jetson bundle."""

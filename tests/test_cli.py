@@ -167,3 +167,15 @@ def test_bench_and_compare_end_to_end(tmp_path):
 def test_bench_rejects_unknown_backends(tmp_path):
     result = invoke("bench", "--config", "tiny", "--backend", "tflite", "--out", tmp_path)
     assert result.exit_code == 2 and "unknown bench backend" in result.stderr
+
+
+def test_error_text_with_brackets_survives(tmp_path, monkeypatch):
+    from vitexport.errors import BackendUnavailable
+    from vitexport.backends import onnx as onnx_backend
+
+    def missing(self):
+        raise BackendUnavailable("install it: pip install 'vitexport[coreml]'")
+
+    monkeypatch.setattr(onnx_backend.OnnxBackend, "availability", missing)
+    result = invoke("onnx", "--config", "tiny", "--out", tmp_path)
+    assert result.exit_code == 3 and "vitexport[coreml]" in result.stderr

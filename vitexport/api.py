@@ -301,8 +301,12 @@ BENCH_TARGETS: dict[str, tuple[str, dict[str, Any], str | None]] = {
 def bench(spec: SourceSpec | None, targets: list[str], batches: list[int], *, artifacts: list[str | Path] = (),
           threads: int | None = None, warmup_iters: int = 5, warmup_s: float = 1.0, iters: int | None = None,
           budget_s: float | None = 5.0, seed: int = 0, out_dir: str | Path = "vitexport-out",
-          roofline: bool = True, label: str | None = None, progress: Progress = _quiet) -> dict[str, Any]:
-    """Measure each target at each batch size, each in its own subprocess, on identical feeds."""
+          roofline: bool = True, label: str | None = None, allow_fallback: bool = False,
+          progress: Progress = _quiet) -> dict[str, Any]:
+    """Measure each target at each batch size, each in its own subprocess, on identical feeds.
+
+    A GPU provider that ONNX Runtime cannot start makes its rows unavailable, unless `allow_fallback`
+    accepts the provider that did run (recorded in each row's `provider`)."""
     import os
 
     from . import fingerprint, report as reports
@@ -316,10 +320,13 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int], *, ar
     out = prepare_out_dir(out_dir)
     records, model_name, gflops = _bench_sources(spec, targets, artifacts, out, seed, progress)
     settings = {"threads": threads, "warmup_iters": warmup_iters, "warmup_s": warmup_s, "iters": iters,
+                "allow_fallback": allow_fallback,
                 "budget_s": budget_s, "seed": seed, "mode": "end-to-end: host arrays in, host arrays out"}
     results = []
     for target in targets:
         runner_backend, load_options, needs = BENCH_TARGETS[target]
+        if allow_fallback and "allow_fallback" in load_options:
+            load_options = {**load_options, "allow_fallback": True}
         source = records.get(needs or "torch")
         for batch in batches:
             row = {"backend": target, "batch_size": batch, "model": model_name,

@@ -48,6 +48,13 @@ def _stderr():
     return Console(stderr=True)
 
 
+def escape(text: str) -> str:
+    """Messages hold things like `vitexport[coreml]` that rich would read as markup."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Turn library exceptions into one line on stderr and the contract's exit code."""
 
@@ -61,10 +68,10 @@ def handle_errors(fn: Callable) -> Callable:
                 print(json.dumps(e.result, indent=2, default=str))
             elif e.result:
                 render_result(e.result)
-            _stderr().print(f"[red]parity failed:[/red] {e}", highlight=False, soft_wrap=True)
+            _stderr().print(f"[red]parity failed:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(ExitCode.PARITY)
         except VitexportError as e:
-            _stderr().print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+            _stderr().print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code)
         except KeyboardInterrupt:
             _stderr().print("interrupted; nothing was written at the target path")
@@ -74,7 +81,7 @@ def handle_errors(fn: Callable) -> Callable:
         except Exception as e:  # a bug, not bad input: one line unless asked for the traceback
             if os.environ.get("VITEXPORT_DEBUG"):
                 raise
-            _stderr().print(f"[red]internal error:[/red] {type(e).__name__}: {e} (set VITEXPORT_DEBUG=1 for a traceback)",
+            _stderr().print(f"[red]internal error:[/red] {type(e).__name__}: {escape(str(e))} (set VITEXPORT_DEBUG=1 for a traceback)",
                             highlight=False, soft_wrap=True)
             raise typer.Exit(ExitCode.FAILURE)
 
@@ -86,7 +93,7 @@ def progress_printer(enabled: bool) -> Callable[[str], None]:
 
     def show(message: str) -> None:
         if enabled:
-            console.print(f"[dim]… {message}[/dim]", highlight=False, soft_wrap=True)
+            console.print(f"[dim]… {escape(message)}[/dim]", highlight=False, soft_wrap=True)
 
     return show
 
@@ -181,7 +188,7 @@ def render_unverified(console, result: dict[str, Any]) -> None:
         matched = "match it" if info.get("io_matches_onnx") else "were not compared"
         console.print(f"checked here: {info['onnx_source']}; the engine's inputs/outputs "
                       f"{[t['name'] for t in info.get('io', [])]} {matched}", highlight=False)
-    console.print(f"[yellow]not checked here:[/yellow] {result['parity']['skipped']}; run "
+    console.print(f"[yellow]not checked here:[/yellow] {escape(result['parity']['skipped'])}; run "
                   f"`vitexport verify {result['artifact']}` on the target to compare the engine with PyTorch",
                   highlight=False, soft_wrap=True)
     if info.get("bundle"):
@@ -201,7 +208,7 @@ def render_checks(console, parity: dict[str, Any]) -> None:
         console.print("[red]not deterministic:[/red] the same input gave different outputs twice")
     for f in parity.get("lint", []):
         colour = {"error": "red", "warning": "yellow"}.get(f["severity"], "dim")
-        console.print(f"[{colour}]lint {f['severity']}[/{colour}] {f['rule']} at {f['node']}: {f['message']}",
+        console.print(f"[{colour}]lint {f['severity']}[/{colour}] {f['rule']} at {escape(f['node'])}: {escape(f['message'])}",
                       highlight=False)
     divergence = parity.get("divergence")
     if divergence:
@@ -415,6 +422,8 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(help="Artifa
           budget_s: Annotated[float, typer.Option(help="Seconds of timed runs per measurement.")] = 5.0,
           roofline: Annotated[bool, typer.Option(help="Also measure the machine's GEMM rate.")] = True,
           label: Annotated[Optional[str], typer.Option(help="Name of this machine in merged reports.")] = None,
+          allow_fallback: Annotated[bool, typer.Option(
+              help="Accept the provider ONNX Runtime falls back to when a GPU provider cannot start.")] = False,
           out: OutOpt = Path("vitexport-out"),
           json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the JSON report here.")] = None,
           ) -> None:
@@ -426,13 +435,14 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(help="Artifa
     targets = backend or ["torch", "onnxruntime"]
     result = api.bench(spec, targets, batch or [1], artifacts=artifacts or [], threads=threads,
                        warmup_iters=warmup_iters, warmup_s=warmup_s, iters=iters, budget_s=budget_s, seed=seed,
-                       out_dir=out, roofline=roofline, label=label, progress=progress_printer(True))
+                       out_dir=out, roofline=roofline, label=label, allow_fallback=allow_fallback,
+                       progress=progress_printer(True))
     if json_path:
         report.write_json(result, json_path)
     console = wide_console()
     console.print(report.rich_table(result, f"vitexport bench: {result['model']} ({result['settings']['threads']} threads)"))
     for line in report.unavailable(result):
-        console.print(f"[dim]{line}[/dim]", highlight=False, soft_wrap=True)
+        console.print(f"[dim]{escape(line)}[/dim]", highlight=False, soft_wrap=True)
     roof = result.get("roofline")
     if roof:
         console.print(f"roofline: one {roof['n']}³ MatMul in ONNX Runtime reaches {roof['gflops']:.0f} GFLOP/s here")
@@ -458,7 +468,7 @@ def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON repor
     console = wide_console()
     console.print(report.rich_table(merged, "vitexport compare"))
     for line in report.unavailable(merged):
-        console.print(f"[dim]{line}[/dim]", highlight=False, soft_wrap=True)
+        console.print(f"[dim]{escape(line)}[/dim]", highlight=False, soft_wrap=True)
     for b, names in merged["ranking"].items():
         console.print(f"batch {b}, fastest first: " + " < ".join(names), highlight=False)
     console.print("reports: " + ", ".join(merged["files"].values()), highlight=False, soft_wrap=True)

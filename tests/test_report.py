@@ -7,62 +7,142 @@ from vitexport import report
 from vitexport.errors import UsageError
 
 
-def result(backend, batch, p50, available=True):
+def result(backend, batch, p50, available=True, **extra):
     row = {"backend": backend, "batch_size": batch, "model": "tiny", "precision": "fp32", "available": available}
     if not available:
-        return {**row, "reason": "no GPU here"}
+        return {**row, "reason": extra.get("reason", "no GPU here")}
     return {**row, "provider": "CPUExecutionProvider", "reason": None,
             "latency_ms": {"mean": p50, "std": 0.1, "min": p50 - 1, "max": p50 + 2, "p50": p50, "p90": p50 + 1,
                            "p99": p50 + 2}, "throughput_ips": batch * 1000 / p50, "cv": 0.01, "unstable": False,
             "load_s": 0.2, "first_inference_ms": p50 * 2, "artifact_bytes": 2_000_000, "peak_rss_mb": 400.0,
-            "iterations": 50}
+            "peak_gpu_mb": None, "iterations": 50, **extra}
 
 
-def make_report(results, cpu="Test CPU"):
-    return {"schema": report.SCHEMA, "model": "tiny", "label": None,
+def make_report(results, cpu="Test Xeon", label=None, **settings):
+    return {"schema": report.SCHEMA, "model": "tiny", "label": label,
             "fingerprint": {"cpu": cpu, "usable_cores": 2, "gpus": ["none"], "os": "Linux", "python": "3.11"},
-            "settings": {"threads": 2}, "results": results, "roofline": {"n": 64, "gflops": 100.0}}
+            "settings": {"threads": 2, "warmup_iters": 5, "warmup_s": 1.0, "iters": None, "budget_s": 5.0,
+                         "mode": "end-to-end", **settings},
+            "results": results, "roofline": {"n": 64, "gflops": 100.0}}
+
+
+def render(table, width=110):
+    from rich.console import Console
+
+    console = Console(width=width, record=True)
+    console.print(table)
+    return console.export_text()
 
 
 def test_all_report_files_are_written_and_readable(tmp_path):
     from PIL import Image
 
-    data = make_report([result("torch", 1, 20.0), result("onnxruntime", 1, 15.0), result("torch-cuda", 1, 0, False)])
+    data = make_report([result("torch", 1, 20.0, roofline_fraction=0.25), result("onnxruntime", 1, 15.0),
+                        result("torch-cuda", 1, 0, False)])
     files = report.write_all(data, tmp_path / "bench")
     assert json.loads(open(files["json"]).read())["results"][2]["reason"] == "no GPU here"
-    rows = list(csv.reader(open(files["csv"])))
-    assert rows[0][1] == "backend" and len(rows) == 4
-    assert any("unavailable: no GPU here" in cell for cell in rows[3])
+    rows = list(csv.DictReader(open(files["csv"])))
+    assert [r["backend"] for r in rows] == ["torch", "onnxruntime", "torch-cuda"]
+    assert float(rows[1]["p50_ms"]) == 15.0 and float(rows[0]["roofline_fraction"]) == 0.25
+    assert rows[0]["status"] == "ok" and rows[2]["status"] == "unavailable: no GPU here" and rows[2]["p50_ms"] == ""
+    assert rows[0]["device"] == "Test Xeon" and float(rows[0]["artifact_mb"]) == 2.0
     markdown = open(files["md"]).read()
-    assert "| onnxruntime |" in markdown and "Test CPU" in markdown and "unavailable" in markdown
+    assert "| onnxruntime |" in markdown and "Test Xeon" in markdown and "unavailable: no GPU here" in markdown
+    assert "## Batch 1" in markdown and "| 25% |" in markdown and "64³" in markdown
     with Image.open(files["png"]) as im:
         assert im.size[0] > 300 and im.size[1] > 300
 
 
-def test_terminal_table_keeps_unavailable_rows():
-    data = make_report([result("torch", 1, 20.0), result("torch-cuda", 1, 0, False)])
+def test_json_has_no_nan(tmp_path):
+    data = make_report([result("torch", 1, 20.0, roofline_fraction=float("nan"))])
+    report.write_json(data, tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["results"][0]["roofline_fraction"] is None
+
+
+def test_tables_are_grouped_by_batch():
+    data = make_report([result("torch", 8, 90.0), result("onnxruntime", 1, 15.0), result("torch", 1, 20.0),
+                        result("torch-cuda", 8, 0, False)])
+    rows = report.table_rows(data)
+    cols = report.table_columns(data)
+    assert [(r[cols.index("backend")], r[cols.index("batch")]) for r in rows] == \
+        [("onnxruntime", "1"), ("torch", "1"), ("torch", "8"), ("torch-cuda", "8")]
+    assert rows[-1][cols.index("p50 ms")] == "unavailable: no GPU here"
+
+
+def test_terminal_table_keeps_unavailable_rows_with_their_reason():
+    data = make_report([result("torch", 1, 20.0), result("torch-cuda", 1, 0, False, reason="[no] GPU here"),
+                        result("onnxruntime", 1, 30.0, cv=0.2, unstable=True)])
     table = report.rich_table(data)
-    assert table.row_count == 2
-    assert report.unavailable(data) == ["torch-cuda unavailable: no GPU here"]
+    assert table.row_count == 3
+    text = render(table)
+    assert "unavailable: [no] GPU here" in text  # markup-looking text is shown, not interpreted
+    assert "unstable" in text and "20.0" in text
+    assert max(len(line) for line in text.splitlines()) <= 110
+    assert report.unavailable(data) == ["torch-cuda unavailable: [no] GPU here"]
+
+
+def test_a_single_unavailable_row_still_makes_every_file(tmp_path):
+    data = make_report([result("coreml", 1, 0, False, reason="Core ML runs only on macOS")])
+    files = report.write_all(data, tmp_path / "only")
+    assert "unavailable: Core ML runs only on macOS" in open(files["md"]).read()
+    assert "unavailable" in render(report.rich_table(data))
 
 
 def test_merge_labels_rows_by_machine_and_ranks_per_batch(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    report.write_json(make_report([result("onnxruntime", 1, 15.0), result("onnxruntime", 8, 90.0)], "CPU A"), a)
-    report.write_json(make_report([result("onnxruntime", 1, 5.0), result("onnxruntime", 8, 100.0)], "CPU B"), b)
-    merged = report.merge([a, b])
-    assert {r["device_label"] for r in merged["results"]} == {"CPU A", "CPU B"}
+    report.write_json(make_report([result("onnxruntime", 1, 15.0), result("onnxruntime", 8, 90.0),
+                                   result("torch-cuda", 1, 0, False)], "Xeon A"), a)
+    report.write_json(make_report([result("onnxruntime", 1, 5.0), result("onnxruntime", 8, 100.0)], "Xeon B"), b)
+    merged = report.merge_reports([a, b])
+    assert merged["schema"] == report.SCHEMA
+    assert {r["device_label"] for r in merged["results"]} == {"Xeon A", "Xeon B"}
+    assert [s["fingerprint"]["cpu"] for s in merged["sources"]] == ["Xeon A", "Xeon B"]
+    assert any(not r["available"] for r in merged["results"])  # kept, not dropped
     ranks = report.ranking(merged)
-    assert [r["device_label"] for r in ranks[1]] == ["CPU B", "CPU A"]
-    assert [r["device_label"] for r in ranks[8]] == ["CPU A", "CPU B"]
+    assert [r["device_label"] for r in ranks[1]] == ["Xeon B", "Xeon A"]
+    assert [r["device_label"] for r in ranks[8]] == ["Xeon A", "Xeon B"]
+    with pytest.raises(UsageError, match="across different batch sizes"):
+        report.ranking(merged, across_batches=True)
+    files = report.write_all({**merged, "ranking": {"1": ["Xeon B onnxruntime", "Xeon A onnxruntime"]}},
+                             tmp_path / "merged")
+    markdown = open(files["md"]).read()
+    assert "**Xeon A**" in markdown and "**Xeon B**" in markdown and "## Batch 8" in markdown
+    assert "batch 1: Xeon B onnxruntime < Xeon A onnxruntime" in markdown
+    assert {r["device"] for r in csv.DictReader(open(files["csv"]))} == {"Xeon A", "Xeon B"}
+    assert "device" in render(report.rich_table(merged))
+
+
+def test_single_ranking_is_allowed_at_one_batch_size(tmp_path):
+    data = make_report([result("torch", 4, 20.0), result("onnxruntime", 4, 15.0), result("x", 4, 0, False)])
+    ranks = report.ranking(data, across_batches=True)
+    assert list(ranks) == [4] and [r["backend"] for r in ranks[4]] == ["onnxruntime", "torch"]
 
 
 def test_refuses_to_rank_reports_with_no_common_batch(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    report.write_json(make_report([result("onnxruntime", 1, 15.0)], "CPU A"), a)
-    report.write_json(make_report([result("onnxruntime", 8, 90.0)], "CPU B"), b)
+    report.write_json(make_report([result("onnxruntime", 1, 15.0)], "Xeon A"), a)
+    report.write_json(make_report([result("onnxruntime", 8, 90.0)], "Xeon B"), b)
     with pytest.raises(UsageError, match="different batch sizes"):
         report.ranking(report.merge([a, b]))
+
+
+def test_same_machine_twice_is_still_told_apart(tmp_path):
+    a, b = tmp_path / "monday.json", tmp_path / "tuesday.json"
+    for path in (a, b):
+        report.write_json(make_report([result("torch", 1, 20.0)], "Intel(R) Xeon(R) Gold 6130 CPU @ 2.10GHz"), path)
+    labels = [r["device_label"] for r in report.merge([a, b])["results"]]
+    assert labels == ["Intel Xeon Gold 6130 [monday]", "Intel Xeon Gold 6130 [tuesday]"]
+    same = [r["device_label"] for r in report.merge([a, a])["results"]]
+    assert len(set(same)) == 2
+
+
+def test_merge_warns_about_different_settings(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    report.write_json(make_report([result("torch", 1, 20.0)], "Xeon A", threads=2), a)
+    report.write_json(make_report([result("torch", 1, 20.0)], "Xeon B", threads=8, label="jetson"), b)
+    merged = report.merge([a, b])
+    assert any("thread counts" in w for w in merged["warnings"])
+    assert {r["device_label"] for r in merged["results"]} == {"Xeon A", "jetson"}
 
 
 def test_rejects_files_that_are_not_bench_reports(tmp_path):
@@ -70,3 +150,11 @@ def test_rejects_files_that_are_not_bench_reports(tmp_path):
     bad.write_text('{"schema": "something-else"}')
     with pytest.raises(UsageError, match="not a vitexport bench report"):
         report.load(bad)
+    bad.write_text('{"schema": "vitexport.bench/2", "results": []}')
+    with pytest.raises(UsageError, match="vitexport.bench/2"):
+        report.load(bad)
+    bad.write_text("not json")
+    with pytest.raises(UsageError, match="cannot read"):
+        report.load(bad)
+    with pytest.raises(UsageError):
+        report.merge([])

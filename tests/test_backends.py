@@ -44,9 +44,18 @@ def test_preset_variants_match_pytorch_with_dynamic_batch(backend, preset, out_d
     assert result["parity"]["batches"] == [1, 3, 8]
 
 
+# Known limits of a format, asserted so they fail loudly and so a fix upstream shows up here.
+KNOWN_LIMITS = {("einops_vit", "coreml"): "rank"}  # Core ML tensors stop at rank 5; this rearrange needs 6
+
+
 @pytest.mark.parametrize("backend", DIRECT)
 @pytest.mark.parametrize("model", ZOO)
 def test_zoo_models_match_pytorch_at_batch_1_3_and_8(backend, model, out_dir):
+    if (model, backend) in KNOWN_LIMITS:
+        with pytest.raises(ExportError, match=KNOWN_LIMITS[model, backend]):
+            export(backend, SourceSpec(zoo_spec(model)), out_dir, dynamic_batch=True)
+        assert not list(out_dir.glob("*.mlpackage"))
+        return
     result = export(backend, SourceSpec(zoo_spec(model)), out_dir, dynamic_batch=True)
     assert result["parity"]["passed"], result["parity"]["failures"]
     assert result["parity"]["batches"] == [1, 3, 8]

@@ -174,6 +174,7 @@ def test_peak_memory_is_read_for_this_process():
         assert peak_gpu_mb() is None
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif("not __import__('torch').cuda.is_available()", reason="needs a CUDA device")
 def test_cuda_event_timer_times_gpu_work():
     import torch

@@ -62,6 +62,9 @@ def check_options(options: ExportOptions, num_classes: int | None) -> dict[str, 
         if num_classes is not None and len(labels) != num_classes:
             raise UsageError(f"{extra['labels']} has {len(labels)} labels but the model has {num_classes} classes")
         extra["labels"] = labels
+    if not extra["batch_sizes"] and options.dynamic_batch:
+        # Core ML has no open-ended batch: a dynamic batch becomes the sizes every backend is checked at.
+        extra["batch_sizes"] = [1, 3, 8]
     if extra["batch_sizes"]:
         sizes = sorted({int(b) for b in extra["batch_sizes"]})
         if sizes[0] < 1:

@@ -13,23 +13,18 @@ from typing import Any
 from ..errors import BackendUnavailable
 from .base import Artifact, Availability, ExportOptions
 
+# GPUs TensorRT-RTX can run on (its support matrix: Turing, Ampere and Ada RTX, Blackwell RTX, GB10).
+RTX_RUNS_ON = ("7.5", "8.6", "8.9", "12.0", "12.1")
+
 
 def io_matches(onnx_path: Path, engine_io: list[dict]) -> bool:
-    """The engine's tensors carry the ONNX's names, roles and shapes (-1 where the ONNX is symbolic)."""
-    import onnx
-
+    """The engine's tensors carry the ONNX's names, roles, shapes (-1 where symbolic) and types."""
     from ..errors import ExportError
+    from ..trt.iocheck import io_differences
 
-    graph = onnx.load(str(onnx_path), load_external_data=False).graph
-
-    def dims(value):
-        return [d.dim_value if d.HasField("dim_value") else -1 for d in value.type.tensor_type.shape.dim]
-
-    expected = [{"name": v.name, "mode": "input", "shape": dims(v)} for v in graph.input] + \
-               [{"name": v.name, "mode": "output", "shape": dims(v)} for v in graph.output]
-    got = [{k: t[k] for k in ("name", "mode", "shape")} for t in engine_io]
-    if sorted(got, key=str) != sorted(expected, key=str):
-        raise ExportError(f"the engine's inputs/outputs {got} differ from the ONNX's {expected}")
+    problems = io_differences(onnx_path, engine_io)
+    if problems:
+        raise ExportError("the engine's inputs/outputs differ from the ONNX's: " + "; ".join(problems[:4]))
     return True
 
 
@@ -48,29 +43,38 @@ class TensorRTBackend:
         return Availability(True, f"{trt.flavour} {trt.version}")
 
     def runs_here(self) -> Availability:
-        """Engines run only on an NVIDIA GPU; building works without one."""
-        try:
-            import torch
-        except ImportError:
-            return Availability(False, "torch is needed for device buffers")
-        if not torch.cuda.is_available():
+        """Engines run only on an NVIDIA GPU (TensorRT-RTX: an RTX-class one); building works without."""
+        from ..trt.runner import gpu_here
+
+        gpu = gpu_here()
+        if gpu is None:
             return Availability(False, "running the engine needs an NVIDIA GPU; none is visible here")
-        return Availability(True)
+        from ..trt import api as trt_api
+
+        try:
+            trt = trt_api.load("auto")
+        except BackendUnavailable as e:
+            return Availability(False, str(e))
+        if trt.flavour == "rtx" and gpu[1] not in RTX_RUNS_ON:
+            return Availability(False, f"TensorRT-RTX engines run on compute capability {', '.join(RTX_RUNS_ON)}; "
+                                       f"{gpu[0]} is {gpu[1]}")
+        return Availability(True, f"{gpu[0]} ({gpu[1]})")
 
     def export(self, loaded, options: ExportOptions, out_path: Path) -> Artifact:
         from ..trt.build import build_engine
         from ..trt.options import TensorRTOptions, validate
 
         trt_options = TensorRTOptions(**options.extra.get("tensorrt", {}))
-        validate(trt_options)
+        validate(trt_options)  # before the ONNX export: bad options cost nothing
         onnx_path, onnx_note = self._onnx(loaded, options, trt_options, out_path)
         calibration = self._calibration(loaded, trt_options) if trt_options.precision == "int8" else None
-        info = build_engine(onnx_path, trt_options, out_path, options.input_name, calibration)
+        info = build_engine(onnx_path, trt_options, out_path, input_name=options.input_name, calibration=calibration)
         info["onnx_source"] = onnx_note
         info["io_matches_onnx"] = io_matches(onnx_path, info["io"])
         bundle = options.extra.get("bundle")
         if bundle:
-            info["bundle"] = self._bundle(Path(bundle), loaded, options, trt_options, onnx_path, out_path)
+            info["bundle"] = self._bundle(Path(bundle), loaded, options, trt_options, onnx_path, out_path,
+                                          calibration)
         return Artifact(out_path, self.name, precision=trt_options.precision, input_names=[options.input_name],
                         output_names=[options.output_name], dynamic_batch=trt_options.dynamic, info=info)
 
@@ -105,18 +109,17 @@ class TensorRTBackend:
         return load_images(trt_options.calibration_images, loaded.preprocessing, loaded.input_shape)[0]
 
     @staticmethod
-    def _bundle(folder: Path, loaded, options, trt_options, onnx_path: Path, out_path: Path) -> dict:
+    def _bundle(folder: Path, loaded, options, trt_options, onnx_path: Path, out_path: Path, calibration) -> dict:
         from ..backends.eager import EagerRunner
         from ..inputs import random_pixels
-        from ..parity import tolerance_for
         from ..trt.bundle import write_bundle
 
         pre = loaded.preprocessing
         x = random_pixels((trt_options.opt_batch, *loaded.input_shape[1:]), 7, pre.get("mean"), pre.get("std"))
         logits = EagerRunner(loaded.model, options.input_name, options.output_name).run({options.input_name: x})
-        tol = tolerance_for(trt_options.precision)
         files = write_bundle(folder, onnx_path, trt_options, x, logits[options.output_name], options.input_name,
-                             options.output_name, tol.atol, tol.rtol, out_path.with_suffix(".fp16.onnx"))
+                             options.output_name, fp16_onnx=out_path.with_suffix(".fp16.onnx"),
+                             qdq_onnx=out_path.with_suffix(".int8-qdq.onnx"), calibration=calibration)
         return {"folder": str(folder.resolve()), "files": files}
 
     def load(self, artifact_path: Path, sidecar: dict[str, Any], **options: Any):

@@ -1,217 +1,251 @@
-"""Build a TensorRT engine from a verified ONNX file."""
+"""Build a TensorRT engine from an ONNX file and say what it is tied to."""
 
 from __future__ import annotations
 
-import hashlib
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import ExportError, UsageError
+from ..errors import BackendUnavailable, ExportError, UsageError
 from . import api
+from .facts import gpu_facts, jetson_facts, sha256
+from .files import atomic_path, write_atomic
 from .options import TensorRTOptions, validate
+from .quantize import is_qdq, to_qdq_int8
+
+# Without explicit targets TensorRT-RTX builds engines portable across these (its documented default).
+RTX_DEFAULT_TARGETS = ("SM86", "SM89", "SM120")
 
 
-def gpu_facts() -> dict[str, Any]:
-    """The GPU the engine is built for, when torch can see one; None fields on a CPU-only build."""
-    facts: dict[str, Any] = {"gpu": None, "compute_capability": None, "cuda": None}
-    try:
-        import torch
-
-        facts["cuda"] = torch.version.cuda
-        if torch.cuda.is_available():
-            facts["gpu"] = torch.cuda.get_device_name(0)
-            facts["compute_capability"] = "%d.%d" % torch.cuda.get_device_capability(0)
-    except ImportError:
-        pass
-    try:
-        facts["l4t"] = Path("/etc/nv_tegra_release").read_text().splitlines()[0].strip()
-    except OSError:
-        facts["l4t"] = None
-    return facts
-
-
-def to_fp16(onnx_path: Path, out: Path, keep_fp32: tuple[str, ...]) -> Path:
-    """fp16 weights and compute with I/O kept fp32 and `keep_fp32` op types left in fp32: what a
-    strongly typed TensorRT (11, RTX) builds from, since it has no --fp16 flag to do it."""
-    import onnx
-    from onnxconverter_common import float16
-
-    model = onnx.load(str(onnx_path))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # one warning per weight below fp16's smallest normal
-        converted = float16.convert_float_to_float16(model, keep_io_types=True, op_block_list=list(keep_fp32))
-    onnx.save(harmonise_types(converted, set(keep_fp32)), str(out))
-    return out
-
-
-def harmonise_types(model, keep_fp32: set[str]):
-    """A strongly typed builder rejects ops mixing fp16 and fp32 inputs, which the converter leaves
-    where a value is computed at run time (an attention scale from Shape -> Cast -> Sqrt, say):
-    cast the fp32 side to fp16 in front of such ops."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    # The converter retypes values to fp16 but leaves Cast(to=FLOAT) nodes that produce them.
-    declared = {v.name: v.type.tensor_type.elem_type for v in model.graph.value_info}
-    for node in model.graph.node:
-        if node.op_type == "Cast" and declared.get(node.output[0]) == TensorProto.FLOAT16:
-            for attr in node.attribute:
-                if attr.name == "to" and attr.i == TensorProto.FLOAT:
-                    attr.i = TensorProto.FLOAT16
-    inferred = onnx.shape_inference.infer_shapes(model)
-    graph = inferred.graph
-    types = {v.name: v.type.tensor_type.elem_type for v in list(graph.value_info) + list(graph.input)
-             + list(graph.output)}
-    types.update({t.name: t.data_type for t in graph.initializer})
-    nodes = []
-    for node in graph.node:
-        kinds = [types.get(name) for name in node.input if name]
-        if node.op_type not in keep_fp32 and node.op_type != "Cast" and TensorProto.FLOAT16 in kinds \
-                and TensorProto.FLOAT in kinds:
-            for i, name in enumerate(node.input):
-                if name and types.get(name) == TensorProto.FLOAT:
-                    cast_out = f"{name}__fp16_for_{node.name or node.output[0]}"
-                    nodes.append(helper.make_node("Cast", [name], [cast_out], to=TensorProto.FLOAT16,
-                                                  name=f"{cast_out}_cast"))
-                    node.input[i] = cast_out
-        nodes.append(node)
-    del graph.node[:]
-    graph.node.extend(nodes)
-    return inferred
-
-
-def to_qdq_int8(onnx_path: Path, out: Path, input_name: str, calibration: np.ndarray) -> Path:
-    """A QDQ-quantised ONNX, calibrated on the given inputs (for builders without calibrators)."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter([{input_name: calibration[i:i + 1]} for i in range(len(calibration))])
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    # TensorRT takes symmetric int8 only (zero points of 0), and biases stay in float.
-    quantize_static(str(onnx_path), str(out), Reader(), quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True,
-                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False})
-    return out
-
-
-def timing_cache_path(folder: str, trt: api.Trt, facts: dict) -> Path:
-    """Timing caches are only valid for one GPU architecture and TensorRT version: key the file by both."""
-    arch = (facts.get("compute_capability") or "aot").replace(".", "")
-    return Path(folder) / f"timing-{trt.flavour}-{trt.version}-sm{arch}.cache"
-
-
-def build_engine(onnx_path: Path, options: TensorRTOptions, out_path: Path, input_name: str,
+def build_engine(onnx_path: Path, options: TensorRTOptions, out_path: Path, *, input_name: str | None = None,
                  calibration: np.ndarray | None = None) -> dict[str, Any]:
-    trt = api.load(options.builder)
-    validate(options, trt.has_dla)
-    m = trt.module
-    facts = gpu_facts()
-    strongly_typed = not trt.precision_flags
-    source = Path(onnx_path)
-    if strongly_typed and options.precision == "fp16":
-        source = to_fp16(source, out_path.with_suffix(".fp16.onnx"), options.fp32_layers)
-    elif strongly_typed and options.precision == "int8":
-        if calibration is None:
-            raise UsageError("int8 needs calibration inputs (--calibration-images)")
-        source = to_qdq_int8(source, out_path.with_suffix(".int8-qdq.onnx"), input_name, calibration)
+    """Build `out_path` from `onnx_path`; return the facts its sidecar records.
 
+    `calibration`: float32 inputs (N, C, H, W) for int8, unless the ONNX is already QDQ-quantised.
+    The engine (and any typed ONNX made on the way) appears complete or not at all.
+    """
+    onnx_path, out_path = Path(onnx_path), Path(out_path)
+    if not onnx_path.is_file():
+        raise UsageError(f"no ONNX file at {onnx_path}")
+    trt = api.load(options.builder)
+    prequantized = is_qdq(onnx_path)
+    validate(options, trt, calibrated=prequantized or calibration is not None)
+    facts = {**gpu_facts(), **jetson_facts()}
+    made: list[Path] = []  # typed ONNX files written here; removed again if the build fails
+    try:
+        source, notes = _source(trt, options, onnx_path, out_path, input_name, calibration, prequantized, made)
+        info = _build(trt, options, source, out_path, facts, calibration, prequantized)
+    except BaseException:
+        for path in made:
+            path.unlink(missing_ok=True)
+        raise
+    return {
+        "flavour": trt.flavour, "tensorrt_version": trt.version, "cuda": trt.cuda_major(), **facts,
+        "target": _target(trt, facts, info["compute_targets"]), "strongly_typed": trt.strongly_typed,
+        "precision": options.precision, "int8_source": notes.get("int8_source"),
+        "fp32_layers": list(options.fp32_layers) if options.precision != "fp32" else [],
+        "kept_fp32": notes.get("kept_fp32"), "profiles": [list(p) for p in options.profiles()],
+        "onnx": onnx_path.name, "onnx_path": str(onnx_path.resolve()), "onnx_sha256": sha256(onnx_path),
+        "built_from": source.name, "built_from_sha256": sha256(source) if source != onnx_path else None,
+        **info, "engine_bytes": out_path.stat().st_size, "options": options.to_dict(),
+    }
+
+
+def _source(trt: api.Trt, options: TensorRTOptions, onnx_path: Path, out_path: Path, input_name, calibration,
+            prequantized: bool, made: list[Path]) -> tuple[Path, dict]:
+    """The ONNX the builder parses: the given one, or for strongly typed builders its fp16 / QDQ form."""
+    notes: dict[str, Any] = {}
+    if options.precision == "fp16" and trt.strongly_typed:
+        from .fp16 import convert_file
+
+        target = out_path.with_suffix(".fp16.onnx")
+        with atomic_path(target) as tmp:
+            notes["kept_fp32"] = convert_file(onnx_path, tmp, options.keeps_fp32)["kept_fp32"]
+        made.append(target)
+        return target, notes
+    if options.precision != "int8":
+        return onnx_path, notes
+    if prequantized:
+        notes["int8_source"] = "QDQ nodes of the given ONNX"
+        return onnx_path, notes
+    if calibration is None:
+        raise UsageError("int8 needs calibration data: give --calibration-images DIR (or a QDQ-quantised ONNX)")
+    if trt.has_calibrators:
+        notes["int8_source"] = f"entropy calibrator on {len(calibration)} inputs"
+        return onnx_path, notes
+    target = out_path.with_suffix(".int8-qdq.onnx")
+    name = input_name or _first_input(onnx_path)
+    with atomic_path(target) as tmp:
+        to_qdq_int8(onnx_path, tmp, name, calibration, options.keeps_fp32)
+    made.append(target)
+    notes["int8_source"] = f"QDQ ONNX calibrated on {len(calibration)} inputs"
+    return target, notes
+
+
+def _build(trt: api.Trt, options: TensorRTOptions, source: Path, out_path: Path, facts: dict, calibration,
+           prequantized: bool) -> dict[str, Any]:
+    m = trt.module
     logger = m.Logger(m.Logger.ERROR)
     builder = m.Builder(logger)
-    network = builder.create_network(api.network_flags(trt, strongly_typed))
+    network = builder.create_network(api.network_flags(trt, trt.strongly_typed))
     parser = m.OnnxParser(network, logger)
     if not parser.parse_from_file(str(source)):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise ExportError(f"the TensorRT ONNX parser rejected {source.name}: {errors[:300]}")
     config = builder.create_builder_config()
     api.set_workspace(trt, config, options.workspace_mb << 20)
-    _precision(trt, config, network, options, strongly_typed, calibration, input_name, out_path)
-    _profiles(builder, config, network, options, input_name)
+    if not options.tf32 and hasattr(m.BuilderFlag, "TF32"):
+        config.clear_flag(m.BuilderFlag.TF32)  # on by default; it would put fp32 parity out of reach
+    calib_cache = _precision(trt, config, network, options, calibration, prequantized, out_path)
+    _profiles(builder, config, network, options, calibrating=calib_cache is not None)
     if options.optimization_level is not None:
         config.builder_optimization_level = options.optimization_level
     if options.dla_core is not None:
         config.default_device_type = m.DeviceType.DLA
         config.DLA_core = options.dla_core
-        config.set_flag(m.BuilderFlag.GPU_FALLBACK)
+        config.set_flag(m.BuilderFlag.GPU_FALLBACK)  # layers the DLA cannot run go to the GPU
     if options.version_compatible:
         config.set_flag(m.BuilderFlag.VERSION_COMPATIBLE)
-    if options.hardware_compatibility and hasattr(m, "HardwareCompatibilityLevel"):
-        config.hardware_compatibility_level = getattr(m.HardwareCompatibilityLevel, options.hardware_compatibility.upper())
-    cache_file = None
-    if options.timing_cache and hasattr(config, "create_timing_cache"):
-        cache_file = timing_cache_path(options.timing_cache, trt, facts)
-        cache = config.create_timing_cache(cache_file.read_bytes() if cache_file.exists() else b"")
-        config.set_timing_cache(cache, ignore_mismatch=False)
+    if options.hardware_compatibility:
+        config.hardware_compatibility_level = getattr(m.HardwareCompatibilityLevel,
+                                                      options.hardware_compatibility.upper())
+    targets = api.set_compute_targets(trt, config, options.rtx_targets) if trt.has_compute_targets else None
+    if hasattr(m, "ProfilingVerbosity"):  # layer names, precisions and tactics for the layer report
+        config.profiling_verbosity = m.ProfilingVerbosity.DETAILED
+    cache_file = _timing_cache(trt, config, options, facts)
     start = time.perf_counter()
     serialized = builder.build_serialized_network(network, config)
     seconds = time.perf_counter() - start
     if serialized is None:
-        raise ExportError("TensorRT could not build an engine (see the messages above)")
-    out_path.write_bytes(bytes(serialized))
+        raise ExportError(f"{trt.label} could not build an engine from {source.name} (see its messages above)")
+    write_atomic(out_path, bytes(serialized))
     if cache_file is not None:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        cache_file.write_bytes(bytes(config.get_timing_cache().serialize()))
-    return {
-        "flavour": trt.flavour, "tensorrt_version": trt.version, "strongly_typed": strongly_typed,
-        **facts, "target": facts["gpu"] or "ahead-of-time build (no GPU here)",
-        "precision": options.precision, "fp32_layers": list(options.fp32_layers) if options.precision == "fp16" else [],
-        "profiles": [list(p) for p in options.profiles()], "onnx": Path(onnx_path).name,
-        "onnx_sha256": _sha256(Path(onnx_path)), "built_from": source.name, "io": api.io_tensors(network),
-        "build_s": seconds, "engine_bytes": out_path.stat().st_size, "options": options.to_dict(),
-        "timing_cache": str(cache_file) if cache_file else None,
-    }
+        write_atomic(cache_file, bytes(config.get_timing_cache().serialize()))
+    io, io_source = _io(trt, logger, serialized, network, facts)
+    return {"io": io, "io_source": io_source, "build_s": round(seconds, 3),
+            "compute_targets": targets, "timing_cache": str(cache_file) if cache_file else None,
+            "calibration_cache": str(calib_cache) if calib_cache else None,
+            "dla_core": options.dla_core, "version_compatible": options.version_compatible,
+            "hardware_compatibility": options.hardware_compatibility}
 
 
-def _precision(trt, config, network, options, strongly_typed, calibration, input_name, out_path) -> None:
+def _precision(trt: api.Trt, config, network, options: TensorRTOptions, calibration, prequantized: bool,
+               out_path: Path) -> Path | None:
+    """Precision flags and per-layer fp32 constraints for weakly typed builders; strongly typed
+    builders take the precision from the ONNX's types and need nothing here."""
     m = trt.module
-    if strongly_typed or options.precision == "fp32":
-        return  # strongly typed: the ONNX's own types decide
-    if options.precision == "fp16":
-        config.set_flag(m.BuilderFlag.FP16)
-    else:
+    if trt.strongly_typed or options.precision == "fp32":
+        return None
+    cache = None
+    if options.precision == "int8":
         config.set_flag(m.BuilderFlag.INT8)
-        if calibration is None:
-            raise UsageError("int8 needs calibration inputs (--calibration-images)")
-        from .calibrator import make_calibrator
-
-        config.int8_calibrator = make_calibrator(m, calibration, out_path.with_suffix(".calib.cache"))
-    # Keep the numerically fragile layers in fp32 and make TensorRT obey it.
-    keep = {"LayerNormalization": "NORMALIZATION", "Softmax": "SOFTMAX"}
-    kinds = {getattr(m.LayerType, keep[name]) for name in options.fp32_layers if name in keep}
-    names = [n.lower() for n in options.fp32_layers]
+        if not prequantized:  # implicit quantisation: ranges from the entropy calibrator
+            cache = Path(options.calibration_cache) if options.calibration_cache else out_path.with_suffix(
+                ".calib.cache")
+            config.int8_calibrator = _calibrator(m, calibration, cache)
+    else:
+        config.set_flag(m.BuilderFlag.FP16)
+    # Keep the numerically fragile layers in fp32 and make the builder obey it.
+    kinds = {name: getattr(m.LayerType, kind, None) for name, kind in
+             (("LayerNormalization", "NORMALIZATION"), ("Softmax", "SOFTMAX"))}
     for i in range(network.num_layers):
         layer = network.get_layer(i)
-        if layer.type in kinds or any(n in layer.name.lower() for n in names):
+        by_type = any(layer.type == kind for name, kind in kinds.items() if kind is not None and name in
+                      options.fp32_layers)
+        if by_type or options.keeps_fp32("", layer.name):
             layer.precision = m.DataType.FLOAT
             for j in range(layer.num_outputs):
                 layer.set_output_type(j, m.DataType.FLOAT)
     config.set_flag(m.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
+    return cache
 
 
-def _profiles(builder, config, network, options: TensorRTOptions, input_name: str) -> None:
-    tensor = next((network.get_input(i) for i in range(network.num_inputs) if network.get_input(i).name == input_name),
-                  network.get_input(0))
-    shape = list(tensor.shape)
-    if shape[0] != -1:
+def _calibrator(m, calibration, cache: Path):
+    import torch
+
+    if calibration is None:
+        raise UsageError("int8 needs calibration data: give --calibration-images DIR")
+    if not torch.cuda.is_available():
+        raise BackendUnavailable("int8 calibration with this TensorRT runs on the GPU; none is visible here")
+    from .calibrator import make_calibrator
+
+    return make_calibrator(m, calibration, cache)
+
+
+def _profiles(builder, config, network, options: TensorRTOptions, calibrating: bool = False) -> None:
+    """One optimisation profile per batch range, over every input whose batch is dynamic (and, for
+    the entropy calibrator, which feeds one input at a time, a batch-1 calibration profile)."""
+    inputs = [network.get_input(i) for i in range(network.num_inputs)]
+    dynamic = [t for t in inputs if len(t.shape) and t.shape[0] == -1]
+    for t in inputs:
+        if any(d == -1 for d in list(t.shape)[1:]):
+            raise UsageError(f"{t.name} has dynamic dimensions besides the batch {list(t.shape)}; export the "
+                             "ONNX with a fixed image size")
+    if not dynamic:
         if options.dynamic:
             raise UsageError("the ONNX has a fixed batch; export it with --dynamic-batch to build batch profiles")
         return
     for low, opt, high in options.profiles():
         profile = builder.create_optimization_profile()
-        profile.set_shape(tensor.name, (low, *shape[1:]), (opt, *shape[1:]), (high, *shape[1:]))
+        for t in dynamic:
+            rest = tuple(t.shape)[1:]
+            profile.set_shape(t.name, (low, *rest), (opt, *rest), (high, *rest))
         config.add_optimization_profile(profile)
+    if calibrating:
+        profile = builder.create_optimization_profile()
+        for t in dynamic:
+            one = (1, *tuple(t.shape)[1:])
+            profile.set_shape(t.name, one, one, one)
+        config.set_calibration_profile(profile)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+def _timing_cache(trt: api.Trt, config, options: TensorRTOptions, facts: dict) -> Path | None:
+    if not options.timing_cache or not hasattr(config, "create_timing_cache"):
+        return None
+    if not facts.get("gpu"):
+        return None  # an ahead-of-time build times nothing; loading a cache without a GPU only errors
+    path = timing_cache_path(options.timing_cache, trt, facts)
+    cache = config.create_timing_cache(path.read_bytes() if path.exists() else b"")
+    config.set_timing_cache(cache, ignore_mismatch=False)
+    return path
+
+
+def timing_cache_path(folder: str | Path, trt: api.Trt, facts: dict) -> Path:
+    """Timing caches are only valid for one GPU architecture and TensorRT version: key the file by both."""
+    arch = "sm" + facts["compute_capability"].replace(".", "") if facts.get("compute_capability") else "aot"
+    return Path(folder) / f"timing-{trt.flavour}-{trt.version}-{arch}.cache"
+
+
+def _io(trt: api.Trt, logger, serialized, network, facts: dict) -> tuple[list[dict], str]:
+    """The I/O read back from the deserialised engine where this machine can load it (a GPU is
+    visible); otherwise from the network definition the engine was built from."""
+    if facts.get("gpu"):
+        try:
+            engine = trt.module.Runtime(logger).deserialize_cuda_engine(bytes(serialized))
+        except Exception:  # pybind raises various types; the network below still answers
+            engine = None
+        if engine is not None:
+            return api.io_tensors(engine), "engine"
+    return api.io_tensors(network), "network"
+
+
+def _target(trt: api.Trt, facts: dict, targets: list[str] | None) -> str:
+    if trt.flavour == "rtx":
+        chosen = targets or list(RTX_DEFAULT_TARGETS)
+        if chosen == ["CURRENT"]:
+            return f"{facts['gpu']} (compute capability {facts['compute_capability']})" if facts.get("gpu") \
+                else "the GPU present at build time"
+        return "RTX GPUs of " + ", ".join(chosen) + (" (portable default)" if not targets else "")
+    if facts.get("gpu"):
+        return f"{facts['gpu']} (compute capability {facts['compute_capability']})"
+    return "the GPU present at build time"
+
+
+def _first_input(onnx_path: Path) -> str:
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    initializers = {t.name for t in graph.initializer}
+    return next(v.name for v in graph.input if v.name not in initializers)

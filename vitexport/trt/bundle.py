@@ -6,137 +6,150 @@ bundle carries what the build needs and a script that proves the engine against 
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 from pathlib import Path
 
 import numpy as np
 
+from . import bundle_templates as templates
+from .files import atomic_path, write_atomic
 from .options import TensorRTOptions
 
-INFER_SCRIPT = '''#!/usr/bin/env python3
-"""Check an engine (or, with --onnx, the ONNX in ONNX Runtime) against the saved PyTorch logits.
-
-usage: python3 infer.py [--engine model.engine | --onnx model.onnx] [--atol A] [--rtol R]
-Exit 0 when every logit is within atol + rtol * |reference|, 1 otherwise.
-"""
-import argparse
-import sys
-from pathlib import Path
-
-import numpy as np
-
-HERE = Path(__file__).resolve().parent
-INPUT_NAME, OUTPUT_NAME = {input_name!r}, {output_name!r}
+TRTEXEC_HARDWARE = {"ampere_plus": "ampere+", "same_compute_capability": "sameComputeCapability"}
 
 
-def run_onnx(path, x, provider):
-    import onnxruntime as ort
+def fp32_node_names(onnx_path: Path, options: TensorRTOptions) -> list[str]:
+    """The ONNX nodes an fp16 build keeps in fp32. trtexec's --layerPrecisions takes exact layer names
+    (no patterns), and the ONNX parser names layers after the nodes, so list them one by one."""
+    import onnx
 
-    session = ort.InferenceSession(str(path), providers=[provider])
-    return session.run([OUTPUT_NAME], {{INPUT_NAME: x}})[0], session.get_providers()[0]
-
-
-def run_engine(path, x):
-    import tensorrt as trt
-    import torch  # device buffers; JetPack ships a CUDA torch
-
-    logger = trt.Logger(trt.Logger.ERROR)
-    engine = trt.Runtime(logger).deserialize_cuda_engine(Path(path).read_bytes())
-    if engine is None:
-        sys.exit("this engine does not load here: rebuild it on this device with ./build_engine.sh")
-    context = engine.create_execution_context()
-    inp = torch.from_numpy(x).cuda()
-    context.set_input_shape(INPUT_NAME, tuple(inp.shape))
-    out = torch.empty(tuple(context.get_tensor_shape(OUTPUT_NAME)), dtype=torch.float32, device="cuda")
-    context.set_tensor_address(INPUT_NAME, inp.data_ptr())
-    context.set_tensor_address(OUTPUT_NAME, out.data_ptr())
-    stream = torch.cuda.Stream()
-    context.execute_async_v3(stream.cuda_stream)
-    stream.synchronize()
-    return out.cpu().numpy(), "TensorRT " + trt.__version__
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    return [n.name for n in graph.node if n.name and options.keeps_fp32(n.op_type, n.name)
+            and not any(c in n.name for c in ",: ")]
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--engine", default=str(HERE / "model.engine"))
-    parser.add_argument("--onnx", help="run this ONNX in ONNX Runtime instead of an engine")
-    parser.add_argument("--provider", default="CPUExecutionProvider", help="ONNX Runtime provider for --onnx")
-    parser.add_argument("--atol", type=float, default={atol})
-    parser.add_argument("--rtol", type=float, default={rtol})
-    args = parser.parse_args()
-    x = np.load(HERE / "reference_input.npy")
-    reference = np.load(HERE / "reference_logits.npy")
-    got, runtime = run_onnx(args.onnx, x, args.provider) if args.onnx else run_engine(args.engine, x)
-    diff = np.abs(got.astype(np.float64) - reference)
-    ok = got.shape == reference.shape and bool((diff <= args.atol + args.rtol * np.abs(reference)).all())
-    agree = float(np.mean(got.argmax(1) == reference.argmax(1)))
-    print(f"{{runtime}}: max abs error {{diff.max():.3g}}, top-1 agreement {{agree:.3f}} -> {{'PASS' if ok else 'FAIL'}}")
-    sys.exit(0 if ok else 1)
+def trtexec_lines(options: TensorRTOptions, input_name: str, shape: tuple[int, ...],
+                  fp32_layers: list[str] | None = None) -> dict[str, str]:
+    """The trtexec command in both dialects.
 
-
-if __name__ == "__main__":
-    main()
-'''
-
-
-def trtexec_lines(options: TensorRTOptions, input_name: str, shape: tuple[int, ...]) -> dict[str, str]:
-    """The trtexec command in both dialects: TensorRT 8.6/10 (precision flags) and 11 (strongly typed)."""
+    tensorrt10 (TensorRT 8.6 and 10, JetPack 5/6): precision flags on the fp32 ONNX, fragile layers
+    pinned to fp32 by name; int8 from the QDQ ONNX (explicit quantisation, no calibration cache).
+    tensorrt11: strongly typed, no precision flags; the ONNX carries the precision (model.fp16.onnx,
+    model.int8-qdq.onnx).
+    """
     chw = "x".join(str(d) for d in shape[1:])
-    common = ["trtexec", "--onnx=model.onnx", "--saveEngine=model.engine", f"--memPoolSize=workspace:{options.workspace_mb}M"]
-    low, opt, high = options.profiles()[0]
-    if options.dynamic:
+    profiles = options.profiles()
+    low, high = profiles[0][0], profiles[-1][2]
+    common = ["--saveEngine=model.engine", f"--memPoolSize=workspace:{options.workspace_mb}M"]
+    if options.dynamic:  # trtexec builds one profile: the whole batch range
+        opt = min(max(options.opt_batch, low), high)
         common += [f"--minShapes={input_name}:{low}x{chw}", f"--optShapes={input_name}:{opt}x{chw}",
                    f"--maxShapes={input_name}:{high}x{chw}"]
     if options.optimization_level is not None:
         common.append(f"--builderOptimizationLevel={options.optimization_level}")
     if options.dla_core is not None:
         common += [f"--useDLACore={options.dla_core}", "--allowGPUFallback"]
-    weak = list(common)
+    if options.version_compatible:
+        common.append("--versionCompatible")
+    if options.hardware_compatibility:
+        common.append(f"--hardwareCompatibilityLevel={TRTEXEC_HARDWARE[options.hardware_compatibility]}")
+    if options.timing_cache:
+        common.append("--timingCacheFile=timing.cache")
     if options.precision == "fp16":
-        keep = ",".join(f"*{name}*:fp32" for name in options.fp32_layers)
-        weak += ["--fp16", "--precisionConstraints=obey", f"--layerPrecisions={keep}"] if keep else ["--fp16"]
+        weak = ["--onnx=model.onnx", *common, "--fp16"]
+        if fp32_layers:
+            weak += ["--precisionConstraints=obey", "--layerPrecisions=" + ",".join(f"{n}:fp32" for n in fp32_layers)]
+        strong = ["--onnx=model.fp16.onnx", *common, "--stronglyTyped"]
     elif options.precision == "int8":
-        weak += ["--int8", "--calib=calibration.cache"]
-    strong = [c.replace("model.onnx", "model.fp16.onnx") if options.precision == "fp16" else c for c in common]
-    strong += ["--stronglyTyped"]
-    return {"tensorrt10": " ".join(weak), "tensorrt11": " ".join(strong)}
+        weak = ["--onnx=model.int8-qdq.onnx", *common, "--int8", "--fp16"]
+        strong = ["--onnx=model.int8-qdq.onnx", *common, "--stronglyTyped"]
+    else:
+        weak = ["--onnx=model.onnx", *common, "--noTF32"]  # fp32 means fp32, not TF32 matmuls
+        strong = ["--onnx=model.onnx", *common, "--stronglyTyped"]
+    return {"tensorrt10": " ".join(['"$TRTEXEC"', *map(shlex.quote, weak)]),
+            "tensorrt11": " ".join(['"$TRTEXEC"', *map(shlex.quote, strong)])}
 
 
-def write_bundle(folder: Path, onnx_path: Path, options: TensorRTOptions, reference_input: np.ndarray,
-                 reference_logits: np.ndarray, input_name: str, output_name: str, atol: float, rtol: float,
-                 fp16_onnx: Path | None = None) -> list[str]:
+def write_bundle(folder: Path, onnx_path: Path, options: TensorRTOptions, reference_inputs: np.ndarray,
+                 reference_logits: np.ndarray, input_name: str, output_name: str, *, atol: float | None = None,
+                 rtol: float | None = None, fp16_onnx: Path | None = None, qdq_onnx: Path | None = None,
+                 calibration: np.ndarray | None = None) -> list[str]:
+    """Write the bundle into `folder`; return the names of its files.
+
+    fp16 bundles carry model.fp16.onnx (made here unless `fp16_onnx` is given); int8 bundles carry
+    model.int8-qdq.onnx (`qdq_onnx`, or quantised here from `calibration`).
+    """
+    from ..errors import UsageError
+    from ..parity import tolerance_for
+
+    folder, onnx_path = Path(folder), Path(onnx_path)
+    tol = tolerance_for(options.precision, atol, rtol)
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(onnx_path, folder / "model.onnx")
-    if fp16_onnx is not None and fp16_onnx.exists():
-        shutil.copyfile(fp16_onnx, folder / "model.fp16.onnx")
-    np.save(folder / "reference_input.npy", reference_input.astype(np.float32))
-    np.save(folder / "reference_logits.npy", reference_logits.astype(np.float64))
-    lines = trtexec_lines(options, input_name, reference_input.shape)
-    (folder / "build_engine.sh").write_text(f"""#!/usr/bin/env bash
-# Build model.engine on this device (engines do not move between GPUs or TensorRT versions).
-set -euo pipefail
-cd "$(dirname "$0")"
-major=$(python3 -c 'import tensorrt; print(tensorrt.__version__.split(".")[0])' 2>/dev/null || echo 10)
-if [ "$major" -ge 11 ]; then
-  # TensorRT 11: strongly typed networks, no --fp16/--int8 flags; the ONNX carries the precision.
-  {lines["tensorrt11"]}
-else
-  # TensorRT 8.6 / 10 (JetPack 5 / 6)
-  {lines["tensorrt10"]}
-fi
-""")
+    _copy(onnx_path, folder / "model.onnx")
+    if options.precision == "fp16":
+        if fp16_onnx is not None and Path(fp16_onnx).exists():
+            _copy(Path(fp16_onnx), folder / "model.fp16.onnx")
+        else:
+            from .fp16 import convert_file
+
+            with atomic_path(folder / "model.fp16.onnx") as tmp:
+                convert_file(onnx_path, tmp, options.keeps_fp32)
+    if options.precision == "int8":
+        if qdq_onnx is not None and Path(qdq_onnx).exists():
+            _copy(Path(qdq_onnx), folder / "model.int8-qdq.onnx")
+        elif calibration is not None:
+            from .quantize import to_qdq_int8
+
+            with atomic_path(folder / "model.int8-qdq.onnx") as tmp:
+                to_qdq_int8(onnx_path, tmp, input_name, calibration, options.keeps_fp32)
+        else:
+            raise UsageError("an int8 bundle needs a QDQ ONNX or calibration inputs to make one")
+    with atomic_path(folder / "reference_input.npy") as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, np.ascontiguousarray(reference_inputs, dtype=np.float32))
+    with atomic_path(folder / "reference_logits.npy") as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, np.asarray(reference_logits, dtype=np.float64))
+    fp32_layers = fp32_node_names(onnx_path, options) if options.precision == "fp16" else []
+    lines = trtexec_lines(options, input_name, tuple(reference_inputs.shape), fp32_layers)
+    script = templates.BUILD_ENGINE_SH
+    script = script.replace("@TENSORRT10@", lines["tensorrt10"]).replace("@TENSORRT11@", lines["tensorrt11"])
+    write_atomic(folder / "build_engine.sh", script.encode())
     (folder / "build_engine.sh").chmod(0o755)
-    (folder / "infer.py").write_text(INFER_SCRIPT.format(input_name=input_name, output_name=output_name,
-                                                         atol=atol, rtol=rtol))
-    (folder / "README.md").write_text(f"""# Deploying this model on a Jetson
-
-1. Copy this folder to the device (`scp -r {folder.name} jetson:`).
-2. Build the engine there: `./build_engine.sh` (it picks the trtexec dialect of the installed TensorRT).
-3. Check it: `python3 infer.py` runs `model.engine` on the saved input and compares with the PyTorch logits
-   in `reference_logits.npy` (atol {atol}, rtol {rtol}); exit 0 means it matches.
-   `python3 infer.py --onnx model.onnx` does the same with ONNX Runtime, without TensorRT.
-
-Precision: {options.precision}{" (LayerNorm and Softmax kept in fp32)" if options.precision == "fp16" else ""}.
-Batch: {options.min_batch}..{options.max_batch}.
-""")
+    infer = templates.INFER_PY
+    for key, value in {"@INPUT_NAME@": repr(input_name), "@OUTPUT_NAME@": repr(output_name),
+                       "@ATOL@": repr(float(tol.atol)), "@RTOL@": repr(float(tol.rtol))}.items():
+        infer = infer.replace(key, value)
+    write_atomic(folder / "infer.py", infer.encode())
+    (folder / "infer.py").chmod(0o755)
+    batches = options.profiles()
+    manifest = {"input_name": input_name, "output_name": output_name,
+                "input_shape": ["batch", *reference_inputs.shape[1:]], "batch_range": [batches[0][0], batches[-1][2]],
+                "precision": options.precision, "fp32_layers": fp32_layers, "atol": tol.atol, "rtol": tol.rtol,
+                "trtexec": lines, "reference_batch": int(reference_inputs.shape[0])}
+    write_atomic(folder / "bundle.json", (json.dumps(manifest, indent=2) + "\n").encode())
+    readme = templates.README_MD
+    for key, value in {"@FOLDER@": folder.name, "@PRECISION@": _precision_note(options),
+                       "@BATCH@": f"{batches[0][0]}..{batches[-1][2]}", "@INPUT@": input_name,
+                       "@SHAPE@": "x".join(map(str, reference_inputs.shape[1:])), "@OUTPUT@": output_name,
+                       "@ATOL@": f"{tol.atol:g}", "@RTOL@": f"{tol.rtol:g}"}.items():
+        readme = readme.replace(key, value)
+    write_atomic(folder / "README.md", readme.encode())
     return sorted(p.name for p in folder.iterdir())
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if src.resolve() == dst.resolve():
+        return
+    with atomic_path(dst) as tmp:
+        shutil.copyfile(src, tmp)
+
+
+def _precision_note(options: TensorRTOptions) -> str:
+    if options.precision == "fp16":
+        return "fp16, with " + ", ".join(options.fp32_layers) + " kept in fp32"
+    if options.precision == "int8":
+        return "int8 from the QDQ-quantised model.int8-qdq.onnx"
+    return "fp32 (TF32 off)"

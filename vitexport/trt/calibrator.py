@@ -1,7 +1,7 @@
 """INT8 entropy calibrator for TensorRT generations that still have calibrators (8.6, 10.x).
 
 Device memory comes from torch's CUDA allocator, so no pycuda is needed. The cache file lets a
-second build skip calibration.
+second build skip calibration (TensorRT asks read_calibration_cache first).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def make_calibrator(trt, images: np.ndarray, cache: Path):
             if self.index >= len(self.images):
                 return None
             self.device.copy_(torch.from_numpy(self.images[self.index:self.index + 1]))
+            torch.cuda.synchronize()  # TensorRT reads the buffer on its own stream
             self.index += 1
             return [int(self.device.data_ptr())]
 
@@ -34,6 +35,8 @@ def make_calibrator(trt, images: np.ndarray, cache: Path):
             return self.cache.read_bytes() if self.cache.exists() else None
 
         def write_calibration_cache(self, data):
-            self.cache.write_bytes(bytes(data))
+            from .files import write_atomic
+
+            write_atomic(self.cache, bytes(data))
 
     return Calibrator()

@@ -2,89 +2,173 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, RuntimeFailure
 from . import api
+from .build import RTX_DEFAULT_TARGETS
 
 
-def check_runtime(trt: api.Trt, sidecar: dict[str, Any], onnx_name: str) -> None:
-    """Engines do not move between TensorRT versions or GPUs: say so before deserialising."""
-    info = sidecar.get("info", {})
-    built = (info.get("flavour"), info.get("tensorrt_version"))
-    if built != (trt.flavour, trt.version) and not info.get("options", {}).get("version_compatible"):
-        raise BackendUnavailable(f"this engine was built with {built[0]} {built[1]} but {trt.flavour} {trt.version} is "
-                                 f"installed here; rebuild from {onnx_name}")
-    import torch
+def onnx_source(engine_path: Path, info: dict[str, Any]) -> str:
+    """Where to rebuild from: the ONNX beside the engine if it is there, else the path recorded at build."""
+    beside = Path(engine_path).with_name(info.get("onnx", "model.onnx"))
+    if beside.exists() or not info.get("onnx_path"):
+        return str(beside)
+    return str(info["onnx_path"])
 
+
+def check_runtime(trt: api.Trt, info: dict[str, Any], onnx: str, gpu: tuple[str, str] | None) -> None:
+    """Engines do not move between TensorRT flavours, versions or GPUs: refuse before deserialising.
+
+    `gpu` is (name, compute capability) of the GPU here, or None when there is none.
+    """
+    built_flavour, built_version = info.get("flavour"), info.get("tensorrt_version")
+    if built_flavour and built_flavour != trt.flavour:
+        raise BackendUnavailable(f"this engine was built with {_label(built_flavour)} {built_version} but this "
+                                 f"runtime is {trt.label}; rebuild from {onnx}")
+    if built_version and built_version != trt.version and not _version_compatible(info, trt):
+        raise BackendUnavailable(f"this engine was built with {_label(trt.flavour)} {built_version} but "
+                                 f"{trt.version} is installed here; rebuild from {onnx}")
+    if gpu is None:
+        raise BackendUnavailable("running a TensorRT engine needs an NVIDIA GPU; none is visible here "
+                                 "(building works without one)")
+    name, capability = gpu
+    if trt.flavour == "rtx":
+        targets = info.get("compute_targets") or list(RTX_DEFAULT_TARGETS)
+        if targets == ["CURRENT"]:
+            targets = ["SM" + str(info.get("compute_capability", "")).replace(".", "")]
+        here = "SM" + capability.replace(".", "")
+        if here not in targets:
+            raise BackendUnavailable(f"this TensorRT-RTX engine targets {', '.join(targets)} but {name} is {here}; "
+                                     f"rebuild from {onnx} with a target that includes it")
+        return
+    built_cc, built_gpu = info.get("compute_capability"), info.get("gpu")
+    level = info.get("hardware_compatibility") or (info.get("options") or {}).get("hardware_compatibility")
+    if level == "ampere_plus":
+        if float(capability) < 8.0:
+            raise BackendUnavailable(f"this engine runs on Ampere or newer GPUs but {name} is compute capability "
+                                     f"{capability}; rebuild from {onnx}")
+        return
+    if built_cc and built_cc != capability:
+        raise BackendUnavailable(f"this engine was built for compute capability {built_cc} ({built_gpu}) but "
+                                 f"{name} is {capability}; rebuild from {onnx}")
+    if built_gpu and built_gpu != name and level != "same_compute_capability":
+        raise BackendUnavailable(f"this engine was built on {built_gpu} but this GPU is {name}; rebuild from "
+                                 f"{onnx} (or build with --hardware-compatibility same_compute_capability)")
+
+
+def _label(flavour: str) -> str:
+    return "TensorRT-RTX" if flavour == "rtx" else "TensorRT"
+
+
+def _version_compatible(info: dict[str, Any], trt: api.Trt) -> bool:
+    """A version-compatible engine loads on the same or a later TensorRT of its major version."""
+    if not (info.get("version_compatible") or (info.get("options") or {}).get("version_compatible")):
+        return False
+    built = tuple(int(p) for p in str(info["tensorrt_version"]).split(".")[:3] if p.isdigit())
+    here = tuple(int(p) for p in trt.version.split(".")[:3] if p.isdigit())
+    return built[:1] == here[:1] and here >= built
+
+
+def gpu_here() -> tuple[str, str] | None:
+    try:
+        import torch
+    except ImportError:
+        return None
     if not torch.cuda.is_available():
-        raise BackendUnavailable("running a TensorRT engine needs an NVIDIA GPU; none is visible here")
-    capability = "%d.%d" % torch.cuda.get_device_capability(0)
-    if info.get("compute_capability") and info["compute_capability"] != capability \
-            and not info.get("options", {}).get("hardware_compatibility"):
-        raise BackendUnavailable(f"this engine was built for compute capability {info['compute_capability']} but this "
-                                 f"GPU is {capability}; rebuild from {onnx_name}")
+        return None
+    return torch.cuda.get_device_name(0), "%d.%d" % torch.cuda.get_device_capability(0)
 
 
 class TensorRTRunner:
+    """Implements the Runner protocol for an engine file and its sidecar."""
+
     def __init__(self, path: Path, sidecar: dict[str, Any], builder: str = "auto"):
+        info = sidecar.get("info", {}) or {}
+        onnx = onnx_source(path, info)
+        try:
+            self.trt = api.load(info.get("flavour") or builder)
+        except BackendUnavailable as e:
+            raise BackendUnavailable(f"{e}; rebuild from {onnx} where a TensorRT is installed") from None
+        check_runtime(self.trt, info, onnx, gpu_here())
         import torch
 
         self.torch = torch
-        info = sidecar.get("info", {})
-        self.trt = api.load(info.get("flavour", builder))
-        onnx_name = str(Path(path).with_name(info.get("onnx", "model.onnx")))
-        check_runtime(self.trt, sidecar, onnx_name)
         m = self.trt.module
         self.runtime = m.Runtime(m.Logger(m.Logger.ERROR))
         self.engine = self.runtime.deserialize_cuda_engine(Path(path).read_bytes())
         if self.engine is None:
-            raise BackendUnavailable(f"TensorRT could not load {Path(path).name} on this runtime; rebuild from {onnx_name}")
-        self.context = self.engine.create_execution_context()
+            raise BackendUnavailable(f"{self.trt.label} could not load {Path(path).name} on this GPU; rebuild "
+                                     f"from {onnx}")
         self.io = api.io_tensors(self.engine)
+        self.profiles = [tuple(p) for p in info.get("profiles") or []]
+        self.contexts: dict[int, Any] = {}
         self.stream = torch.cuda.Stream()
         self.provider = f"{self.trt.flavour}-{self.trt.version}"
-        self.last_gpu_ms: float | None = None
+        self.last_gpu_ms: float | None = None  # device time of the last run, host copies excluded
 
     def __enter__(self) -> "TensorRTRunner":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.context = self.engine = None
+        self.contexts.clear()
+        self.engine = None
+
+    def _context(self, batch: int):
+        """The execution context of the profile covering `batch` (one context per profile)."""
+        index = 0
+        if self.profiles:
+            index = next((i for i, (low, _, high) in enumerate(self.profiles) if low <= batch <= high), -1)
+            if index < 0:
+                raise RuntimeFailure(f"batch {batch} is outside the engine's profiles "
+                                     f"{[list(p) for p in self.profiles]}")
+        if index not in self.contexts:
+            context = self.engine.create_execution_context()
+            if index:
+                api.select_profile(context, index, self.stream.cuda_stream)
+                self.stream.synchronize()
+            self.contexts[index] = context
+        return self.contexts[index]
 
     def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         torch = self.torch
-        buffers = {}
-        for tensor in self.io:
-            if tensor["mode"] == "input":
-                x = torch.from_numpy(np.ascontiguousarray(feed[tensor["name"]])).cuda()
-                self.context.set_input_shape(tensor["name"], tuple(x.shape))
-                buffers[tensor["name"]] = x
-        for tensor in self.io:
-            if tensor["mode"] == "output":
-                shape = tuple(self.context.get_tensor_shape(tensor["name"]))
-                buffers[tensor["name"]] = torch.empty(shape, dtype=torch.float32, device="cuda")
-        for name, buffer in buffers.items():
-            self.context.set_tensor_address(name, buffer.data_ptr())
+        inputs = [t for t in self.io if t["mode"] == "input"]
+        missing = [t["name"] for t in inputs if t["name"] not in feed]
+        if missing:
+            raise RuntimeFailure(f"the engine needs inputs {missing}")
+        batch = int(np.asarray(feed[inputs[0]["name"]]).shape[0])
+        context = self._context(batch)
+        buffers: dict[str, Any] = {}
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # Everything on one stream: the copies in, the inference, the copies out, in that order.
         with torch.cuda.stream(self.stream):
-            start.record(self.stream)
-            self.context.execute_async_v3(self.stream.cuda_stream)
-            end.record(self.stream)
+            for t in inputs:
+                host = np.ascontiguousarray(feed[t["name"]], dtype=api.numpy_dtype(t["dtype"]))
+                buffers[t["name"]] = torch.from_numpy(host).to("cuda", non_blocking=False)
+                api.set_input_shape(context, self.engine, t["name"], tuple(host.shape))
+            for t in self.io:
+                if t["mode"] == "output":
+                    shape = api.output_shape(context, self.engine, t["name"])
+                    dtype = getattr(torch, api.numpy_dtype(t["dtype"]))
+                    buffers[t["name"]] = torch.empty(shape, dtype=dtype, device="cuda")
+            start.record()
+            api.execute(context, self.engine, {n: b.data_ptr() for n, b in buffers.items()},
+                        torch.cuda.current_stream().cuda_stream)
+            end.record()
+            outputs = {t["name"]: buffers[t["name"]].cpu().numpy() for t in self.io if t["mode"] == "output"}
         end.synchronize()
-        self.last_gpu_ms = start.elapsed_time(end)  # device time, apart from host copies
-        return {t["name"]: buffers[t["name"]].cpu().numpy() for t in self.io if t["mode"] == "output"}
+        self.last_gpu_ms = start.elapsed_time(end)
+        return outputs
 
     def layer_report(self) -> dict[str, Any]:
-        """Layers with their precisions, whether attention was fused, and DLA/GPU placement."""
+        """Layers and their precisions, whether attention was fused, DLA vs GPU placement."""
+        from .layers import summarize
+
         m = self.trt.module
         inspector = self.engine.create_engine_inspector()
-        layers = json.loads(inspector.get_engine_information(m.LayerInformationFormat.JSON)).get("Layers", [])
-        names = [layer if isinstance(layer, str) else layer.get("Name", "") for layer in layers]
-        return {"layers": len(layers),
-                "attention_fused": any("mha" in n.lower() or "attention" in n.lower() for n in names),
-                "dla_layers": sum("dla" in n.lower() for n in names), "detail": layers}
+        if self.contexts:
+            inspector.execution_context = next(iter(self.contexts.values()))
+        return summarize(inspector.get_engine_information(m.LayerInformationFormat.JSON))

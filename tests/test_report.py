@@ -158,3 +158,10 @@ def test_rejects_files_that_are_not_bench_reports(tmp_path):
         report.load(bad)
     with pytest.raises(UsageError):
         report.merge([])
+
+
+def test_gpu_rows_are_not_shown_against_the_cpu_rate():
+    legacy = result("torch-cuda", 1, 3.0, provider="torch-cuda", roofline_fraction=6.5)  # written before the basis
+    measured = result("torch-cuda", 1, 3.0, provider="torch-cuda", roofline_fraction=0.3, roofline_basis="cuda")
+    assert report.roofline_fraction(legacy) is None and report.roofline_fraction(measured) == 0.3
+    assert report.roofline_fraction(result("onnxruntime", 1, 5.0, roofline_fraction=0.5)) == 0.5

@@ -24,7 +24,8 @@ SCHEMA = "vitexport.bench/1"
 # Machine-readable columns: raw numbers, no units in cells.
 CSV_FIELDS = ("device", "model", "backend", "provider", "precision", "batch_size", "status", "p50_ms", "p90_ms",
               "p99_ms", "mean_ms", "std_ms", "min_ms", "max_ms", "throughput_ips", "cv", "unstable", "iterations",
-              "load_s", "first_inference_ms", "artifact_mb", "peak_rss_mb", "peak_gpu_mb", "roofline_fraction")
+              "load_s", "first_inference_ms", "artifact_mb", "peak_rss_mb", "peak_gpu_mb", "roofline_fraction",
+              "roofline_basis")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -90,8 +91,22 @@ def _show_gpu(report: dict) -> bool:
     return any(r.get("peak_gpu_mb") for r in report["results"])
 
 
+def roofline_fraction(row: dict) -> float | None:
+    """The row's share of its GEMM rate. Rows written before `roofline_basis` existed compared GPU
+    runs with the CPU's rate; those fractions are not shown."""
+    frac = row.get("roofline_fraction")
+    if not isinstance(frac, (int, float)) or not math.isfinite(frac):
+        return None
+    if "roofline_basis" not in row:
+        from .roofline import basis
+
+        if basis(row.get("provider")) != "cpu":
+            return None
+    return float(frac)
+
+
 def _show_roofline(report: dict) -> bool:
-    return any(r.get("roofline_fraction") is not None for r in report["results"])
+    return any(roofline_fraction(r) is not None for r in report["results"])
 
 
 def table_columns(report: dict) -> list[str]:
@@ -128,7 +143,7 @@ def table_rows(report: dict) -> list[list[str]]:
                 cells.append(_f(r.get("peak_gpu_mb")))
             cells.append(cv)
             if roof:
-                frac = r.get("roofline_fraction")
+                frac = roofline_fraction(r)
                 cells.append(f"{frac:.0%}" if isinstance(frac, (int, float)) and math.isfinite(frac) else "")
             out.append(head + cells)
     return out
@@ -195,7 +210,7 @@ def rich_table(report: dict, title: str = "vitexport bench"):
                 head[-1] += f"\n[red]unstable: CV {r['cv']:.2f} > {r.get('unstable_cv', 0.1):.2f}[/red]"
             cells.append(f"[red]{_f(r.get('cv'), 2)}[/red]" if r.get("unstable") else _f(r.get("cv"), 2))
             if roof:
-                frac = r.get("roofline_fraction")
+                frac = roofline_fraction(r)
                 cells.append(f"{frac:.0%}" if isinstance(frac, (int, float)) and math.isfinite(frac) else "")
             table.add_row(*head, *tail, *cells)
         if i < len(groups) - 1:
@@ -238,7 +253,8 @@ def csv_records(report: dict) -> list[dict[str, Any]]:
                            iterations=r.get("iterations"), load_s=r.get("load_s"),
                            first_inference_ms=r.get("first_inference_ms"), artifact_mb=_mb(r.get("artifact_bytes")),
                            peak_rss_mb=r.get("peak_rss_mb"), peak_gpu_mb=r.get("peak_gpu_mb"),
-                           roofline_fraction=r.get("roofline_fraction"))
+                           roofline_fraction=roofline_fraction(r),
+                           roofline_basis=r.get("roofline_basis") if roofline_fraction(r) is not None else None)
             out.append(_clean(rec))
     return out
 
@@ -254,8 +270,8 @@ def write_csv(report: dict, path: Path) -> None:
 
 
 def _machine_line(fp: dict, settings: dict | None) -> str:
-    cores = f"{fp.get('physical_cores') or '?'} physical / {fp.get('usable_cores') or fp.get('logical_cores') or '?'} " \
-            f"usable cores"
+    usable = fp.get("usable_cores") or fp.get("logical_cores") or "?"
+    cores = f"{fp.get('physical_cores') or '?'} physical / {usable} usable cores"
     libs = ", ".join(f"{k} {v}" for k, v in (fp.get("libraries") or {}).items())
     threads = (settings or {}).get("threads", fp.get("threads"))
     return (f"{fp.get('cpu', '?')} ({cores}); GPU: {', '.join(fp.get('gpus') or ['none'])}; {fp.get('os', '?')}; "
@@ -275,8 +291,12 @@ def write_markdown(report: dict, path: Path) -> None:
     lines = [f"# vitexport bench: {report.get('model') or ''}".rstrip(), ""]
     if report.get("sources"):
         lines += ["Machines:", ""]
-        lines += [f"- **{s['label']}** ({Path(s['path']).name}): {_machine_line(s.get('fingerprint') or {}, s.get('settings'))}"
-                  for s in report["sources"]]
+        for src in report["sources"]:
+            rates = [f"{name} GEMM {r['gflops']:.0f} GFLOP/s" for name, r in
+                     (("CPU", src.get("roofline")), ("GPU", src.get("roofline_cuda"))) if r and r.get("gflops")]
+            lines.append(f"- **{src['label']}** ({Path(src['path']).name}): "
+                         f"{_machine_line(src.get('fingerprint') or {}, src.get('settings'))}"
+                         + "".join(f"; {r}" for r in rates))
         lines.append("")
     elif report.get("fingerprint"):
         lines += [f"Machine: {_machine_line(report['fingerprint'], report.get('settings'))}", ""]
@@ -294,11 +314,14 @@ def write_markdown(report: dict, path: Path) -> None:
         lines += ["## Ranking (p50, fastest first, within each batch size)", ""]
         lines += [f"- batch {b}: " + " < ".join(names) for b, names in ranking_.items()]
         lines.append("")
-    roof = report.get("roofline")
+    roof, cuda = report.get("roofline"), report.get("roofline_cuda")
     if roof:
         lines += [f"Roofline: ONNX Runtime runs one {roof['n']}³ float32 MatMul at {roof['gflops']:.0f} GFLOP/s on "
                   f"this machine's CPU (median run {roof.get('gflops_median', roof['gflops']):.0f}); "
-                  f"\"of GEMM\" is model GFLOP × images/s divided by that rate.", ""]
+                  f"\"of GEMM\" is model GFLOP × images/s divided by the rate of the processor a row ran on.", ""]
+    if cuda:
+        lines += [f"GPU roofline: torch.matmul, {cuda['n']}³ {cuda.get('dtype', 'float32')}, reaches "
+                  f"{cuda['gflops']:.0f} GFLOP/s on {cuda.get('device', 'the GPU')}.", ""]
     Path(path).write_text("\n".join(lines).rstrip() + "\n")
 
 
@@ -343,7 +366,7 @@ def write_plot(report: dict, path: Path) -> None:
                             color=color)
             ips = r.get("throughput_ips") or 0
             ips_ax.barh(y, ips, color="#55a868", height=0.6)
-            frac = r.get("roofline_fraction")
+            frac = roofline_fraction(r)
             note = f"{ips:.3g}/s" + (f", {frac:.0%} of GEMM" if isinstance(frac, float) and math.isfinite(frac) else "")
             ips_ax.annotate(note, (ips, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
         lat_ax.set_yticks(ys, labels)
@@ -414,7 +437,8 @@ def merge(paths: list[Path]) -> dict:
     results, sources = [], []
     for path, report, label in zip(paths, reports, labels):
         sources.append({"label": label, "path": str(path), "fingerprint": report.get("fingerprint"),
-                        "settings": report.get("settings"), "roofline": report.get("roofline")})
+                        "settings": report.get("settings"), "roofline": report.get("roofline"),
+                        "roofline_cuda": report.get("roofline_cuda")})
         for r in report["results"]:
             # A row from an already merged report keeps the machine it was measured on.
             results.append({**r, "device_label": r.get("device_label") or label,

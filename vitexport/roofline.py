@@ -52,6 +52,61 @@ def gemm_rate(n: int = 2048, threads: int | None = None, seconds: float = 2.0) -
             "dtype": "float32"}
 
 
+def cuda_gemm_rate(n: int = 8192, seconds: float = 1.0, dtype: str = "float32") -> dict:
+    """The same measurement on the CUDA device with torch.matmul, timed by CUDA events: the ceiling
+    for rows that ran on the GPU (a CPU rate would make a GPU look 20x "above roofline").
+    float32 keeps torch's default precision (TF32 only where the user enabled it), like the runners."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device")
+    dt = getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(n, n, device="cuda", dtype=dt, generator=gen)
+    b = torch.randn(n, n, device="cuda", dtype=dt, generator=gen)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.matmul(a, b)  # warm-up: cuBLAS handle and kernel selection
+    torch.cuda.synchronize()
+    times: list[float] = []
+    begin = time.perf_counter()
+    while len(times) < 3 or time.perf_counter() - begin < seconds:
+        start.record()
+        torch.matmul(a, b)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000.0)
+    flop = 2.0 * n ** 3
+    best, median = min(times), sorted(times)[len(times) // 2]
+    return {"n": n, "gflops": flop / best / 1e9, "gflops_median": flop / median / 1e9, "best_s": best,
+            "median_s": median, "runs": len(times), "provider": "torch-cuda", "device": torch.cuda.get_device_name(),
+            "dtype": dtype, "tf32": bool(torch.backends.cuda.matmul.allow_tf32)}
+
+
+def basis(provider: str | None) -> str | None:
+    """Which measured GEMM rate a row compares with: "cpu", "cuda", or None (e.g. Core ML, whose
+    Neural Engine has no rate measured here)."""
+    p = (provider or "").lower()
+    if p.endswith("-cpu") or p in ("cpuexecutionprovider", "mil-evaluator"):
+        return "cpu"
+    if "cuda" in p or "tensorrt" in p:
+        return "cuda"
+    return None
+
+
+def attach_fractions(report: dict, gflop_per_image: float | None) -> None:
+    """Set each available row's `roofline_fraction` against the rate of the processor it ran on:
+    `report["roofline"]` (CPU) or `report["roofline_cuda"]`; None where that rate is unknown."""
+    rates = {"cpu": (report.get("roofline") or {}).get("gflops"),
+             "cuda": (report.get("roofline_cuda") or {}).get("gflops")}
+    for row in report.get("results", []):
+        if not row.get("available"):
+            continue
+        kind = basis(row.get("provider"))
+        row["roofline_basis"] = kind
+        row["roofline_fraction"] = fraction_of_roofline(gflop_per_image, row.get("throughput_ips"),
+                                                        rates.get(kind)) if kind else None
+
+
 def fraction_of_roofline(gflop_per_image: float, throughput_ips: float, gflops: float) -> float | None:
     """Achieved GFLOP/s (model GFLOP per image x images/s) over the measured GEMM rate; None when
     either side is unknown. Above 1 means the runtime beat the plain MatMul (e.g. a GPU against

@@ -18,7 +18,12 @@ def is_qdq(onnx_path: Path) -> bool:
     """Whether the ONNX already carries quantise/dequantise pairs (explicit quantisation)."""
     import onnx
 
-    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    try:
+        graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    except Exception as e:  # protobuf's DecodeError and friends
+        from ..errors import UsageError
+
+        raise UsageError(f"{onnx_path} is not a readable ONNX file ({type(e).__name__})") from None
     return any(node.op_type in QDQ_OPS for node in graph.node)
 
 

@@ -105,3 +105,20 @@ def test_altered_weights_fail_verify(out_dir):
 def test_bad_options(out_dir, options, message):
     with pytest.raises(UsageError, match=message):
         export(out_dir, **options)
+
+
+def test_a_missing_provider_is_exit_3_unless_fallback_is_allowed(out_dir):
+    import onnxruntime as ort
+
+    from vitexport.errors import BackendUnavailable
+
+    result = export(out_dir)
+    session = ort.InferenceSession(result["artifact"], providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    if session.get_providers()[0] == "CUDAExecutionProvider":
+        pytest.skip("CUDA provider works here")
+    with pytest.raises(BackendUnavailable, match="CUDAExecutionProvider was requested"):
+        api.verify(result["artifact"], backend_options={"providers": ["CUDAExecutionProvider"],
+                                                        "allow_fallback": False})
+    fallback = api.verify(result["artifact"], backend_options={"providers": ["CUDAExecutionProvider"],
+                                                               "allow_fallback": True})
+    assert fallback["provider"] == "CPUExecutionProvider"

@@ -395,13 +395,19 @@ def tensorrt(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
 @handle_errors
 def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it).")],
            as_json: JsonOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, images: ImagesOpt = None,
-           max_batch: MaxBatchOpt = 8) -> None:
+           max_batch: MaxBatchOpt = 8,
+           provider: Annotated[Optional[list[str]], typer.Option(
+               help="ONNX Runtime provider(s) for an .onnx artifact, e.g. CUDAExecutionProvider.")] = None,
+           allow_fallback: Annotated[bool, typer.Option(
+               help="Accept the provider ONNX Runtime falls back to when a requested one cannot start.")] = False,
+           ) -> None:
     """Re-check an existing artifact against the model recorded in its sidecar."""
     from . import api
 
+    backend_options = {"providers": provider, "allow_fallback": allow_fallback} if provider else None
     with stdout_to_stderr(as_json):
         result = api.verify(artifact, atol=atol, rtol=rtol, images=images, max_batch=max_batch,
-                            progress=progress_printer(not as_json))
+                            backend_options=backend_options, progress=progress_printer(not as_json))
     emit(result, as_json)
 
 

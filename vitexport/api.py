@@ -349,14 +349,13 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int], *, ar
               "fingerprint": fingerprint.fingerprint(threads), "settings": settings, "results": results,
               "roofline": None}
     if roofline:
-        from .roofline import fraction_of_roofline, gemm_rate
+        from .roofline import attach_fractions, basis, cuda_gemm_rate, gemm_rate
 
         progress("measuring the GEMM roofline")
-        roof = gemm_rate(threads=threads)
-        report["roofline"] = {**roof, "model_gflop_per_image": gflops}
-        for r in results:
-            if r.get("available") and gflops:
-                r["roofline_fraction"] = fraction_of_roofline(gflops, r["throughput_ips"], roof["gflops"])
+        report["roofline"] = {**gemm_rate(threads=threads), "model_gflop_per_image": gflops}
+        if any(r.get("available") and basis(r.get("provider")) == "cuda" for r in results):
+            report["roofline_cuda"] = cuda_gemm_rate()  # GPU rows are measured against the GPU's rate
+        attach_fractions(report, gflops)
     report["files"] = reports.write_all(report, out / f"bench-{_safe(model_name)}")
     return report
 

@@ -447,8 +447,6 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(help="Artifa
         report.write_json(result, json_path)
     console = wide_console()
     console.print(report.rich_table(result, f"vitexport bench: {result['model']} ({result['settings']['threads']} threads)"))
-    for line in report.unavailable(result):
-        console.print(f"[dim]{escape(line)}[/dim]", highlight=False, soft_wrap=True)
     roof = result.get("roofline")
     if roof:
         console.print(f"roofline: one {roof['n']}³ MatMul in ONNX Runtime reaches {roof['gflops']:.0f} GFLOP/s here")
@@ -473,8 +471,6 @@ def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON repor
         return
     console = wide_console()
     console.print(report.rich_table(merged, "vitexport compare"))
-    for line in report.unavailable(merged):
-        console.print(f"[dim]{escape(line)}[/dim]", highlight=False, soft_wrap=True)
     for b, names in merged["ranking"].items():
         console.print(f"batch {b}, fastest first: " + " < ".join(names), highlight=False)
     console.print("reports: " + ", ".join(merged["files"].values()), highlight=False, soft_wrap=True)

@@ -13,9 +13,6 @@ from typing import Any
 from ..errors import BackendUnavailable
 from .base import Artifact, Availability, ExportOptions
 
-# GPUs TensorRT-RTX can run on (its support matrix: Turing, Ampere and Ada RTX, Blackwell RTX, GB10).
-RTX_RUNS_ON = ("7.5", "8.6", "8.9", "12.0", "12.1")
-
 
 def io_matches(onnx_path: Path, engine_io: list[dict]) -> bool:
     """The engine's tensors carry the ONNX's names, roles, shapes (-1 where symbolic) and types."""
@@ -50,6 +47,7 @@ class TensorRTBackend:
         if gpu is None:
             return Availability(False, "running the engine needs an NVIDIA GPU; none is visible here")
         from ..trt import api as trt_api
+        from ..trt.build import RTX_RUNS_ON
 
         try:
             trt = trt_api.load("auto")

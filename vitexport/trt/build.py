@@ -17,6 +17,8 @@ from .quantize import is_qdq, to_qdq_int8
 
 # Without explicit targets TensorRT-RTX builds engines portable across these (its documented default).
 RTX_DEFAULT_TARGETS = ("SM86", "SM89", "SM120")
+# GPUs TensorRT-RTX runs on at all (its support matrix: Turing, Ampere, Ada and Blackwell RTX, GB10).
+RTX_RUNS_ON = ("7.5", "8.6", "8.9", "12.0", "12.1")
 
 
 def build_engine(onnx_path: Path, options: TensorRTOptions, out_path: Path, *, input_name: str | None = None,
@@ -221,7 +223,8 @@ def timing_cache_path(folder: str | Path, trt: api.Trt, facts: dict) -> Path:
 def _io(trt: api.Trt, logger, serialized, network, facts: dict) -> tuple[list[dict], str]:
     """The I/O read back from the deserialised engine where this machine can load it (a GPU is
     visible); otherwise from the network definition the engine was built from."""
-    if facts.get("gpu"):
+    runs_here = facts.get("gpu") and (trt.flavour != "rtx" or facts.get("compute_capability") in RTX_RUNS_ON)
+    if runs_here:
         try:
             engine = trt.module.Runtime(logger).deserialize_cuda_engine(bytes(serialized))
         except Exception:  # pybind raises various types; the network below still answers

@@ -109,7 +109,9 @@ def _patchify(x, weight):
 def _linear(x, weight, bias=None, **_):
     # One 2-D GEMM over all leading dims: faster than a stacked matmul.
     y = (x.reshape(-1, x.shape[-1]) @ weight.T).reshape(*x.shape[:-1], weight.shape[0])
-    return y + bias if bias is not None else y
+    if bias is not None:
+        y += bias  # in place: large temporaries cost page faults, not just arithmetic
+    return y
 
 
 def _matmul(x, y, transpose_x=False, transpose_y=False, **_):
@@ -125,12 +127,15 @@ def _einsum(values, equation, **_):
 
 
 def _softmax(x, axis=-1, **_):
-    z = np.exp(x - x.max(axis=int(axis), keepdims=True))
-    return z / z.sum(axis=int(axis), keepdims=True)
+    z = x - x.max(axis=int(axis), keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(axis=int(axis), keepdims=True)
+    return z
 
 
 def _sdpa(query, key, value, attn_mask=None, **_):
-    scores = np.matmul(query, np.swapaxes(key, -1, -2)) * (1.0 / math.sqrt(query.shape[-1]))
+    scores = np.matmul(query, np.swapaxes(key, -1, -2))  # (..., L, S)
+    scores *= 1.0 / math.sqrt(query.shape[-1])
     if attn_mask is not None:
         scores = np.where(attn_mask, scores, -np.inf) if attn_mask.dtype == np.bool_ else scores + attn_mask
     return np.matmul(_softmax(scores, axis=-1), value)
@@ -140,11 +145,14 @@ def _sdpa(query, key, value, attn_mask=None, **_):
 
 def _layer_norm(x, axes=None, gamma=None, beta=None, epsilon=1e-5, **_):
     ax = _axes(axes, x.ndim) or (x.ndim - 1,)
-    centred = x - x.mean(axis=ax, keepdims=True)
-    y = centred / np.sqrt((centred * centred).mean(axis=ax, keepdims=True) + float(epsilon))
+    y = x - x.mean(axis=ax, keepdims=True)
+    variance = np.square(y).mean(axis=ax, keepdims=True)
+    y /= np.sqrt(variance + float(epsilon))
     if gamma is not None:
-        y = y * gamma
-    return y + beta if beta is not None else y
+        y *= gamma
+    if beta is not None:
+        y += beta
+    return y
 
 
 def _batch_norm(x, mean, variance, gamma=None, beta=None, epsilon=1e-5, **_):
@@ -155,20 +163,32 @@ def _batch_norm(x, mean, variance, gamma=None, beta=None, epsilon=1e-5, **_):
     return y + beta.reshape(shape) if beta is not None else y
 
 
-def _erf(x):
+def _erf(x, out=None):
     from scipy.special import erf
 
-    return erf(x)
+    return erf(x, out=out)
 
 
 def _gelu(x, mode="EXACT", **_):
-    if mode == "EXACT":
-        return 0.5 * x * (1.0 + _erf(x / SQRT2))
-    if mode == "TANH_APPROXIMATION":
-        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
-    if mode == "SIGMOID_APPROXIMATION":
-        return x / (1.0 + np.exp(-1.702 * x))
-    raise UnsupportedOpError("gelu", detail=f"mode {mode!r}")
+    # One temporary, updated in place: an MLP's activations are the largest tensors in a ViT.
+    if mode == "EXACT":  # 0.5 x (1 + erf(x / sqrt 2))
+        y = x * (1.0 / SQRT2)
+        _erf(y, out=y)
+    elif mode == "TANH_APPROXIMATION":  # 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+        y = x * x
+        y *= 0.044715
+        y += 1.0
+        y *= x
+        y *= math.sqrt(2.0 / math.pi)
+        np.tanh(y, out=y)
+    elif mode == "SIGMOID_APPROXIMATION":  # x sigmoid(1.702 x) = 0.5 x (1 + tanh(0.851 x))
+        return x * _sigmoid(1.702 * x)
+    else:
+        raise UnsupportedOpError("gelu", detail=f"mode {mode!r}")
+    y += 1.0
+    y *= x
+    y *= 0.5
+    return y
 
 
 def _sigmoid(x, **_):
@@ -497,13 +517,47 @@ def _is_fp16(var) -> bool:
     return getattr(var, "dtype", None) is types.fp16
 
 
+# fp16's normal range as float32 bit patterns of |x|: 2^-14 (smallest normal) to 65504 (largest finite)
+FP16_NORMAL_BITS = (0x38800000, 0x477FE000)
+
+
+def _round_fp16(x) -> np.ndarray:
+    """float32 -> the nearest fp16 value (ties to even), kept as float32.
+
+    NumPy's float16 cast is scalar code (slower than a ViT's matmuls in total), so values in fp16's
+    normal range are rounded on their float32 bits: drop the 13 low mantissa bits, rounding to
+    nearest even. The rest (fp16 subnormals, zero, overflow, inf, nan) take NumPy's cast.
+    """
+    x = np.asarray(x, np.float32)
+    if x.ndim == 0:  # ufuncs on 0-d arrays return scalars, which cannot be assigned into
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).astype(np.float32)
+    bits = x.view(np.uint32)
+    low, high = FP16_NORMAL_BITS
+    out = bits & 0x7FFFFFFF  # |x|; then one unsigned compare tests both ends (below `low` wraps round)
+    out -= low
+    odd = out > high - low
+    np.right_shift(bits, 13, out=out)
+    out &= 1  # the lowest kept bit: a tie rounds to make it 0
+    out += 0xFFF
+    out += bits
+    out &= 0xFFFFE000
+    out = out.view(np.float32)
+    if odd.any():
+        with np.errstate(over="ignore"):  # overflow to inf is what an fp16 engine does too
+            out[odd] = x[odd].astype(np.float16).astype(np.float32)
+    return out
+
+
 def _hold(value, fp16: bool):
     """How a value is kept between ops: fp16 results rounded to fp16 but held as fp32; float64 as fp32."""
     if isinstance(value, str):
         return value
     array = np.asarray(value)
-    if array.dtype == np.float16 or (fp16 and array.dtype.kind == "f"):
-        return array.astype(np.float16).astype(np.float32)
+    if array.dtype == np.float16:
+        return array.astype(np.float32)
+    if fp16 and array.dtype.kind == "f":
+        return _round_fp16(array)
     if array.dtype == np.float64:
         return array.astype(np.float32)
     return array

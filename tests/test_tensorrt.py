@@ -77,7 +77,7 @@ def fake_trt(generation: str) -> trt_api.Trt:
     """A module exposing the names one TensorRT generation has (and lacking those it lacks)."""
     old = generation == "8.2"
     weak = generation in ("8.2", "8.6", "10")
-    flags = {"FP16": 0, "INT8": 1} if weak else {}
+    flags = {"FP16": 0, "INT8": 1, "OBEY_PRECISION_CONSTRAINTS": 6} if weak else {}
     flags.update({} if old else {"VERSION_COMPATIBLE": 5})
     net_flags = {"EXPLICIT_BATCH": 0} if generation in ("8.2", "8.6", "10") else {}
     net_flags.update({} if generation in ("8.2", "8.6") else {"STRONGLY_TYPED": 1})
@@ -138,8 +138,14 @@ def test_what_a_generation_lacks_is_refused(generation, options, message):
 
 @pytest.mark.parametrize("generation", ["8.6", "10", "11", "rtx"])
 def test_what_a_generation_has_is_accepted(generation):
-    validate(TensorRTOptions(version_compatible=True, hardware_compatibility="ampere_plus", optimization_level=2),
-             fake_trt(generation))
+    validate(TensorRTOptions(version_compatible=generation != "rtx", hardware_compatibility="ampere_plus",
+                             optimization_level=2), fake_trt(generation))
+
+
+def test_rtx_has_no_version_compatible_engines():
+    # The flag is in its enum, but the wheel has no lean runtime to embed (the build would fail late).
+    with pytest.raises(UsageError, match="version-compatible"):
+        validate(TensorRTOptions(version_compatible=True), fake_trt("rtx"))
 
 
 class Recorder:
@@ -234,6 +240,95 @@ def test_missing_tensorrt_is_exit_3(monkeypatch):
     with pytest.raises(BackendUnavailable, match="no TensorRT here") as caught:
         trt_api.load("auto")
     assert caught.value.exit_code == ExitCode.UNAVAILABLE
+
+
+class FakeLayer:
+    def __init__(self, name, kind):
+        self.name, self.type, self.precision, self.num_outputs, self.output_types = name, kind, None, 1, {}
+
+    def set_output_type(self, index, dtype):
+        self.output_types[index] = dtype
+
+
+class FakeConfig:
+    def __init__(self):
+        self.flags, self.profiles, self.calibration_profile = set(), [], None
+
+    def set_flag(self, flag):
+        self.flags.add(flag)
+
+    def add_optimization_profile(self, profile):
+        self.profiles.append(profile)
+
+    def set_calibration_profile(self, profile):
+        self.calibration_profile = profile
+
+
+def fake_network(layers=(), shape=(-1, 3, 32, 32)):
+    tensor = types.SimpleNamespace(name="pixel_values", shape=shape)
+    return types.SimpleNamespace(num_layers=len(layers), get_layer=lambda i: layers[i], num_inputs=1,
+                                 get_input=lambda i: tensor)
+
+
+def weak_trt():
+    trt = fake_trt("10")
+    trt.module.LayerType = types.SimpleNamespace(NORMALIZATION="norm", SOFTMAX="softmax", MATRIX_MULTIPLY="mm")
+    trt.module.DataType = types.SimpleNamespace(FLOAT="float")
+    return trt
+
+
+def test_weakly_typed_fp16_pins_fragile_layers_to_fp32(tmp_path):
+    from vitexport.trt.build import _precision
+
+    layers = [FakeLayer("/encoder/ln_1/LayerNormalization", "norm"), FakeLayer("/attn/Softmax", "softmax"),
+              FakeLayer("/attn/MatMul", "mm"), FakeLayer("/encoder/ln_2/ReduceMean", "reduce")]
+    config = FakeConfig()
+    trt = weak_trt()
+    options = TensorRTOptions(precision="fp16", fp32_layers=("LayerNormalization", "Softmax", "*/ln_2/*"))
+    assert _precision(trt, config, fake_network(layers), options, None, False, tmp_path / "e.engine") is None
+    flags = trt.module.BuilderFlag
+    assert config.flags == {flags.FP16, flags.OBEY_PRECISION_CONSTRAINTS}
+    assert [layer.precision for layer in layers] == ["float", "float", None, "float"]  # by type or by name
+    assert layers[0].output_types == {0: "float"} and layers[2].output_types == {}
+
+
+def test_weakly_typed_int8_from_qdq_needs_no_calibrator(tmp_path):
+    import torch
+
+    from vitexport.trt.build import _precision
+
+    config, trt = FakeConfig(), weak_trt()
+    options = TensorRTOptions(precision="int8", calibration_images="x")
+    _precision(trt, config, fake_network(), options, None, True, tmp_path / "e.engine")
+    assert trt.module.BuilderFlag.INT8 in config.flags and not hasattr(config, "int8_calibrator")
+    if not torch.cuda.is_available():  # implicit quantisation calibrates on the GPU
+        with pytest.raises(BackendUnavailable, match="calibration .* runs on the GPU"):
+            _precision(trt, FakeConfig(), fake_network(), options, np.zeros((2, 3, 32, 32), np.float32), False,
+                       tmp_path / "e.engine")
+
+
+def test_profiles_per_bucket_and_a_calibration_profile():
+    from vitexport.trt.build import _profiles
+
+    made = []
+
+    class Profile:
+        def __init__(self):
+            self.shapes = {}
+            made.append(self)
+
+        def set_shape(self, name, low, opt, high):
+            self.shapes[name] = (low, opt, high)
+
+    builder = types.SimpleNamespace(create_optimization_profile=Profile)
+    config = FakeConfig()
+    options = TensorRTOptions(min_batch=1, opt_batch=8, max_batch=8, batch_buckets=(2, 8))
+    _profiles(builder, config, fake_network(), options, calibrating=True)
+    assert [p.shapes["pixel_values"] for p in config.profiles] == [
+        ((1, 3, 32, 32), (2, 3, 32, 32), (2, 3, 32, 32)), ((3, 3, 32, 32), (8, 3, 32, 32), (8, 3, 32, 32))]
+    assert config.calibration_profile.shapes["pixel_values"][0] == (1, 3, 32, 32)
+    with pytest.raises(UsageError, match="besides the batch"):
+        _profiles(builder, FakeConfig(), fake_network(shape=(-1, 3, -1, -1)), options)
 
 
 # --- facts, runtime checks, layer report, providers ---------------------------------------------------
@@ -425,6 +520,35 @@ def test_fp16_conversion_handles_constants_and_kept_outputs(tmp_path):
         np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-3)
 
 
+def test_fp16_conversion_keeps_weights_shared_through_identity_consistent():
+    """torch's exporter shares equal weights (LayerNorm's ones) through Identity nodes, or writes them as
+    Constant nodes: what only the kept LayerNorm reads stays fp32, what fp16 nodes read becomes fp16."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from vitexport.trt.fp16 import convert
+
+    ones = numpy_helper.from_array(np.ones(4, np.float32), "ones")
+    nodes = [
+        helper.make_node("Identity", ["ones"], ["ln_scale"], name="share_scale"),
+        helper.make_node("Constant", [], ["ln_bias"], name="bias", value=numpy_helper.from_array(
+            np.full(4, 0.1, np.float32))),
+        helper.make_node("Mul", ["x", "ones"], ["m"], name="mul"),
+        helper.make_node("LayerNormalization", ["m", "ln_scale", "ln_bias"], ["y"], name="ln", axis=-1),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [ones])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    converted, _ = convert(model, TensorRTOptions(precision="fp16").keeps_fp32)
+    assert {t.name: t.data_type for t in converted.graph.initializer} == {"ones": TensorProto.FLOAT16}
+    bias = next(n for n in converted.graph.node if n.name == "bias")
+    assert bias.attribute[0].t.data_type == TensorProto.FLOAT
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_allclose(ReferenceEvaluator(converted).run(None, {"x": x})[0],
+                               ReferenceEvaluator(model).run(None, {"x": x})[0], atol=1e-3)
+
+
 def test_qdq_detection(small_vit, tmp_path):
     from vitexport.trt.quantize import is_qdq, to_qdq_int8
 
@@ -481,6 +605,15 @@ def test_rtx_int8_builds_from_a_qdq_onnx_calibrated_on_inputs(rtx, small_vit, tm
     assert info["built_from"] == "vit.int8-qdq.onnx" and "QDQ ONNX calibrated on 3" in info["int8_source"]
     with pytest.raises(UsageError, match="int8 needs calibration"):
         build(small_vit, tmp_path / "other.engine", precision="int8", calibration_images="somewhere")
+
+
+def test_rtx_current_target_needs_a_visible_gpu(rtx, small_vit, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    with pytest.raises(UsageError, match="CURRENT builds for the GPU here"):
+        build(small_vit, tmp_path / "vit.engine", rtx_targets=("CURRENT",))
 
 
 def test_rtx_builds_one_profile_per_bucket(rtx, small_vit, tmp_path):
@@ -575,15 +708,28 @@ def test_presets_build_engines_whose_io_matches_the_onnx(out_dir, preset):
     assert info["io_matches_onnx"] and info["flavour"] == "rtx" and info["engine_bytes"] > 1_000_000
     assert {t["name"]: t["shape"] for t in info["io"]} == {"pixel_values": [-1, 3, 224, 224], "logits": [-1, 1000]}
     assert info["profiles"] == [[1, 4, 8]] and len(info["onnx_sha256"]) == 64
+    assert Path(info["onnx_path"]) == (out_dir / f"{preset}.onnx").resolve() and Path(info["onnx_path"]).is_file()
     parity = result["parity"]
     if parity["passed"] is None:  # honest: the engine was not run here
         assert "GPU" in parity["skipped"]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("model", ZOO)
-def test_zoo_models_build(out_dir, model):
-    result = export(out_dir, SourceSpec(zoo_spec(model)))
-    assert result["info"]["io_matches_onnx"]
+def test_zoo_models_build(out_dir, model, precision):
+    result = export(out_dir, SourceSpec(zoo_spec(model)), precision=precision)
+    info = result["info"]
+    assert info["io_matches_onnx"]
+    if precision == "fp16":  # the typed ONNX the engine came from computes what the fp32 one does
+        import onnxruntime
+        from onnx.reference import ReferenceEvaluator
+
+        fp32, fp16 = out_dir / info["onnx"], out_dir / info["built_from"]
+        shape = [1 if d == -1 else d for d in info["io"][0]["shape"]]
+        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        want = onnxruntime.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]).run(None, {"pixel_values": x})
+        got = ReferenceEvaluator(str(fp16)).run(None, {"pixel_values": x})
+        np.testing.assert_allclose(got[0], want[0], atol=5e-2, rtol=5e-2)
 
 
 def test_reduced_precision_through_export(out_dir, tmp_path):

@@ -68,6 +68,8 @@ class TensorRTBackend:
         calibration = self._calibration(loaded, trt_options) if trt_options.precision == "int8" else None
         info = build_engine(onnx_path, trt_options, out_path, input_name=options.input_name, calibration=calibration)
         info["onnx_source"] = onnx_note
+        if options.extra.get("out_dir"):  # built in a staging folder: record where the ONNX will live
+            info["onnx_path"] = str((Path(options.extra["out_dir"]) / onnx_path.name).resolve())
         info["io_matches_onnx"] = io_matches(onnx_path, info["io"])
         bundle = options.extra.get("bundle")
         if bundle:

@@ -63,7 +63,8 @@ class Trt:
 
     @property
     def has_version_compatibility(self) -> bool:
-        return hasattr(self.module.BuilderFlag, "VERSION_COMPATIBLE")
+        # TensorRT-RTX lists the flag but ships no lean runtime to embed; its engines move by JIT instead.
+        return hasattr(self.module.BuilderFlag, "VERSION_COMPATIBLE") and self.flavour == "tensorrt"
 
     @property
     def has_hardware_compatibility(self) -> bool:

@@ -35,6 +35,9 @@ def build_engine(onnx_path: Path, options: TensorRTOptions, out_path: Path, *, i
     prequantized = is_qdq(onnx_path)
     validate(options, trt, calibrated=prequantized or calibration is not None)
     facts = {**gpu_facts(), **jetson_facts()}
+    if tuple(t.upper() for t in options.rtx_targets) == ("CURRENT",) and not facts["gpu"]:
+        raise UsageError("--rtx-targets CURRENT builds for the GPU here, and none is visible; name the targets "
+                         "instead (e.g. SM86,SM89)")
     made: list[Path] = []  # typed ONNX files written here; removed again if the build fails
     try:
         source, notes = _source(trt, options, onnx_path, out_path, input_name, calibration, prequantized, made)

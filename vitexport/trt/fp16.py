@@ -50,23 +50,32 @@ def convert(model, keep: Callable[[str, str], bool]):
     is_float = {name for name, t in types.items() if t == FLOAT}
 
     kept = [keep(n.op_type, n.name) and n.op_type != "Cast" for n in graph.node]
-    consumers: dict[str, list[bool]] = {}  # value -> for each consumer, whether it is a kept node
-    for node, k in zip(graph.node, kept):
-        for i, name in enumerate(node.input):
-            if name:
-                consumers.setdefault(name, []).append(k or (node.op_type, i) in ALWAYS_FP32_INPUTS)
     graph_inputs = {v.name for v in graph.input}
     graph_outputs = {v.name for v in graph.output}
     initializers = {t.name for t in graph.initializer}
-    constants = {n.output[0] for n in graph.node if n.op_type == "Constant"}
-    for node in graph.node:  # the exporter shares equal weights through Identity nodes
-        if node.op_type == "Identity" and (node.input[0] in initializers or node.input[0] in constants):
-            constants.add(node.output[0])
+    constants = initializers | {n.output[0] for n in graph.node if n.op_type == "Constant"}
+    # The exporter shares equal weights through Identity nodes (LayerNorm's ones and zeros, say).
+    shared = {n.output[0] for n in graph.node if n.op_type == "Identity" and n.input[0] in constants}
 
+    def fp32_readers(fp32_identities: set[str]) -> dict[str, list[bool]]:
+        """value -> for each of its consumers, whether that consumer reads it in fp32."""
+        out: dict[str, list[bool]] = {}
+        for node, k in zip(graph.node, kept):
+            through = node.op_type == "Identity" and node.output[0] in fp32_identities
+            for i, name in enumerate(node.input):
+                if name:
+                    out.setdefault(name, []).append(k or through or (node.op_type, i) in ALWAYS_FP32_INPUTS)
+        return out
+
+    def fp32_only(readers: dict[str, list[bool]], name: str) -> bool:
+        return bool(readers.get(name)) and all(readers[name])
+
+    first = fp32_readers(set())
+    fp32_identities = {name for name in shared if fp32_only(first, name)}
+    consumers = fp32_readers(fp32_identities)  # a weight shared only with kept nodes stays fp32 all the way
     home: dict[str, int] = {}
     for name in is_float:
-        read_fp32_only = bool(consumers.get(name)) and all(consumers[name])
-        if name in graph_inputs or ((name in initializers or name in constants) and read_fp32_only):
+        if name in graph_inputs or ((name in constants or name in shared) and fp32_only(consumers, name)):
             home[name] = FLOAT
         else:
             home[name] = HALF
@@ -96,9 +105,12 @@ def convert(model, keep: Callable[[str, str], bool]):
     for node, k in zip(graph.node, kept):
         for i, name in enumerate(node.input):
             if name:
-                want = FLOAT if k or (node.op_type, i) in ALWAYS_FP32_INPUTS else HALF
+                through = node.op_type == "Identity" and node.output[0] in fp32_identities
+                want = FLOAT if k or through or (node.op_type, i) in ALWAYS_FP32_INPUTS else HALF
                 node.input[i] = read(name, want)
-        if not k:
+        stays_fp32 = (node.op_type == "Identity" and node.output[0] in fp32_identities) or \
+            (node.op_type == "Constant" and home.get(node.output[0]) == FLOAT)  # read by kept nodes only
+        if not k and not stays_fp32:
             _retype_attributes(node, FLOAT, HALF, numpy_helper, helper)
             if node.op_type == "ConstantOfShape" and node.output[0] in is_float \
                     and not any(a.name == "value" for a in node.attribute):

@@ -2,6 +2,8 @@
 weight decompression against coremltools' own decompression; whole converted ViTs against PyTorch."""
 
 import gc
+import inspect
+import sys
 from unittest import mock
 
 import numpy as np
@@ -49,13 +51,12 @@ def save(tmp_path, model_or_prog, target=iOS17, name="p", **convert):
 
 
 def run(tmp_path, build, *inputs, target=iOS17, dtype=None):
-    """Build `build(*input vars)` as a one-function program, save it, reload it, run it: (outputs, program)."""
-    dtypes = [dtype or types.numpy_type_to_builtin_type(a.dtype) for a in inputs]
-    names = [f"in{i}" for i in range(len(inputs))]
-    specs = [mb.TensorSpec(a.shape, dtype=d) for a, d in zip(inputs, dtypes)]
-    # mb.program names inputs after the function's parameters
-    fn = eval(f"lambda {', '.join(names)}: build({', '.join(names)})", {"build": build})
-    prog = mb.program(input_specs=specs, opset_version=target)(fn)
+    """Build `build(*input vars)` as a one-function program, save it, reload it, run it: (outputs, program).
+
+    The program's inputs take the names of build's parameters, as mb.program names them."""
+    names = list(inspect.signature(build).parameters)
+    specs = [mb.TensorSpec(a.shape, dtype=dtype or types.numpy_type_to_builtin_type(a.dtype)) for a in inputs]
+    prog = mb.program(input_specs=specs, opset_version=target)(build)
     program = load_program(save(tmp_path, prog, target))
     outputs = program.run(dict(zip(names, inputs)))
     return [outputs[n] for n in program.output_names], program
@@ -193,6 +194,12 @@ UNARY = {  # op: (build, reference, input)
     "cos": (lambda x: mb.cos(x=x), np.cos, None),
     "identity": (lambda x: mb.identity(x=x), lambda x: x, None),
 }
+
+
+def test_erf_without_scipy_uses_torch(tmp_path, monkeypatch):
+    x = randn(50, scale=2)
+    monkeypatch.setitem(sys.modules, "scipy.special", None)  # importing it now raises ImportError
+    close(run_one(tmp_path, "gelu", lambda x: mb.gelu(x=x), x), F.gelu(t(x)), 1e-6)
 
 
 @pytest.mark.parametrize("op", UNARY)
@@ -477,8 +484,6 @@ def small_linear(target):
 
 def _coremltools_weight(op):
     """coremltools' own decompression of a (possibly chained) constexpr op: the reference."""
-    import inspect
-
     try:
         value = op.materialized_val_inference()
     except AttributeError:  # an input comes from another constexpr op
@@ -672,3 +677,20 @@ def test_converted_vit_matches_pytorch(tmp_path, make, target, precision):
     else:
         assert np.abs(got - want).max() < 1e-2 * scale
         assert np.array_equal(got, fp16(got))  # an fp16 program's outputs are fp16 values
+
+
+def test_enumerated_batches_run_at_each_batch(tmp_path):
+    """A flexible batch makes the program compute its reshape targets (shape, gather, concat) at run time."""
+    model = tiny_vit()
+    x = torch.randn(2, 3, 32, 32)
+    exported = torch.export.export(model, (x,), dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=64)}})
+    shapes = ct.EnumeratedShapes(shapes=[(1, 3, 32, 32), (3, 3, 32, 32)])
+    path = save(tmp_path, exported.run_decompositions({}), iOS17, inputs=[ct.TensorType(name="x", shape=shapes)],
+                outputs=[ct.TensorType(name="y")], compute_precision=ct.precision.FLOAT32)
+    program = load_program(path)
+    assert program.input_shapes == {"x": (None, 3, 32, 32)}
+    assert program.op_types["shape"] >= 1
+    for batch in (1, 3):
+        xb = torch.randn(batch, 3, 32, 32)
+        with torch.no_grad():
+            close(program.run({"x": xb.numpy()})["y"], model(xb), 1e-4)

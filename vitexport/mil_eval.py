@@ -164,9 +164,21 @@ def _batch_norm(x, mean, variance, gamma=None, beta=None, epsilon=1e-5, **_):
 
 
 def _erf(x, out=None):
-    from scipy.special import erf
-
+    try:  # SciPy when installed; coremltools does not bring it, torch (which vitexport needs) does erf too
+        from scipy.special import erf
+    except ImportError:
+        return _torch_erf(x, out)
     return erf(x, out=out)
+
+
+def _torch_erf(x, out=None):
+    import torch
+
+    y = torch.special.erf(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+    if out is None:
+        return y
+    out[...] = y
+    return out
 
 
 def _gelu(x, mode="EXACT", **_):
@@ -391,6 +403,15 @@ OPS: dict[str, Callable[..., Any]] = {
 }
 
 
+# Ops that only move, pick or compare existing values: on fp16 values their results are fp16 values
+# already, so an fp16 program skips the rounding (and a transpose stays a free view).
+EXACT_OPS = frozenset({
+    "reshape", "transpose", "squeeze", "expand_dims", "concat", "split", "stack", "tile", "pad", "slice_by_index",
+    "slice_by_size", "gather", "gather_along_axis", "identity", "relu", "maximum", "minimum", "clip", "select",
+    "reduce_max", "reduce_min", "abs", "sign", "floor", "ceil", "round",
+})
+
+
 # --- weight decompression: Core ML materialises these once at load time, and so do we ---------------
 
 def _along(values, axis: int, rank: int) -> np.ndarray:
@@ -609,7 +630,8 @@ class MilProgram:
                     live.append((k, v.name))
                 else:
                     fixed[k] = self._constant(v)
-            self.steps.append(_Step(OPS[op.op_type], fixed, live, [(o.name, _is_fp16(o)) for o in op.outputs]))
+            rounds = op.op_type not in EXACT_OPS
+            self.steps.append(_Step(OPS[op.op_type], fixed, live, [(o.name, rounds and _is_fp16(o)) for o in op.outputs]))
         else:
             raise UnsupportedOpError(op.op_type, op.name)
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import ZOO, zoo_spec
 from vitexport import api
 from vitexport.backends.base import ExportOptions
-from vitexport.errors import BackendUnavailable, ExitCode, ExportError, RuntimeFailure, UsageError
+from vitexport.errors import BackendUnavailable, ExitCode, RuntimeFailure, UsageError
 from vitexport.sources import SourceSpec
 from vitexport.trt import api as trt_api
 from vitexport.trt.options import TensorRTOptions, validate
@@ -186,7 +186,8 @@ def test_io_tensors_from_either_engine_api_and_from_a_network():
     old = trt_api.io_tensors(binding_engine())  # one entry per tensor, not per profile
     assert [t["name"] for t in old] == ["pixel_values", "logits"] and old[0]["dtype"] == "HALF"
     tensor = lambda name, shape: types.SimpleNamespace(name=name, shape=shape, dtype="DataType.FLOAT")  # noqa: E731
-    network = types.SimpleNamespace(num_inputs=1, num_outputs=1, get_input=lambda i: tensor("pixel_values", (-1, 3, 32, 32)),
+    network = types.SimpleNamespace(num_inputs=1, num_outputs=1,
+                                    get_input=lambda i: tensor("pixel_values", (-1, 3, 32, 32)),
                                     get_output=lambda i: tensor("logits", (-1, 10)))
     assert trt_api.io_tensors(network) == expected
 
@@ -198,7 +199,8 @@ def test_execute_by_name_or_by_binding_slots():
     assert ("set_tensor_address", ("pixel_values", 10)) in v3_context.calls
     assert v3_context.calls[-1] == ("execute_async_v3", (7,))
 
-    old_context = types.SimpleNamespace(execute_async_v2=lambda bindings, stream: seen.append((bindings, stream)) or True)
+    old_context = types.SimpleNamespace(
+        execute_async_v2=lambda bindings, stream: seen.append((bindings, stream)) or True)
     seen = []
     trt_api.execute(old_context, binding_engine(), {"pixel_values": 10, "logits": 20}, 7)
     assert seen == [([10, 20, 10, 20], 7)]
@@ -391,7 +393,8 @@ def test_layer_report_reads_precisions_fusion_and_placement():
     from vitexport.trt.layers import summarize
 
     detailed = {"Layers": [
-        {"Name": "/conv_proj/Conv", "LayerType": "CaskConvolution", "Outputs": [{"Format/Datatype": "Row major linear FP16 format"}],
+        {"Name": "/conv_proj/Conv", "LayerType": "CaskConvolution",
+         "Outputs": [{"Format/Datatype": "Row major linear FP16 format"}],
          "TacticName": "sm80_xmma_conv"},
         {"Name": "{ForeignNode[/encoder/layers/encoder_layer_0/self_attention/MatMul.../self_attention/Softmax]}",
          "LayerType": "Myelin", "Outputs": [{"Format/Datatype": "Row major linear FP16 format"}], "TacticName": ""},
@@ -727,7 +730,8 @@ def test_zoo_models_build(out_dir, model, precision):
         fp32, fp16 = out_dir / info["onnx"], out_dir / info["built_from"]
         shape = [1 if d == -1 else d for d in info["io"][0]["shape"]]
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        want = onnxruntime.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]).run(None, {"pixel_values": x})
+        session = onnxruntime.InferenceSession(str(fp32), providers=["CPUExecutionProvider"])
+        want = session.run(None, {"pixel_values": x})
         got = ReferenceEvaluator(str(fp16)).run(None, {"pixel_values": x})
         np.testing.assert_allclose(got[0], want[0], atol=5e-2, rtol=5e-2)
 
@@ -738,7 +742,8 @@ def test_reduced_precision_through_export(out_dir, tmp_path):
     images = tmp_path / "calib"
     images.mkdir()
     for i in range(4):
-        Image.fromarray(np.random.default_rng(i).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(images / f"{i}.png")
+        pixels = np.random.default_rng(i).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(images / f"{i}.png")
     result = export(out_dir, SourceSpec("tiny", overrides={"depth": 1}), precision="int8",
                     calibration_images=str(images))
     assert result["info"]["built_from"] == "tiny.int8-qdq.onnx" and result["precision"] == "int8"

@@ -65,9 +65,8 @@ def _conv_padding(pad_type, pad, spatial, kernel, strides, dilations) -> list[tu
 
 def _conv(x, weight, bias=None, strides=None, pad_type="valid", pad=None, dilations=None, groups=1, **_):
     if x.ndim == 3:  # conv1d: run as a 2-D conv over a height of 1
-        one = lambda v: [1, *(_ints(v) if v is not None else [1])]  # noqa: E731
-        y = _conv(x[:, :, None], weight[:, :, None], bias, one(strides), pad_type,
-                  None if pad is None else [0, 0, *_ints(pad)], one(dilations), groups)
+        y = _conv(x[:, :, None], weight[:, :, None], bias, _height_one(strides), pad_type,
+                  None if pad is None else [0, 0, *_ints(pad)], _height_one(dilations), groups)
         return y[:, :, 0]
     if x.ndim != 4:
         raise UnsupportedOpError("conv", detail=f"rank-{x.ndim} input")
@@ -94,6 +93,11 @@ def _conv(x, weight, bias=None, strides=None, pad_type="valid", pad=None, dilati
     if bias is not None:
         y = y + bias.reshape(1, -1, 1, 1)
     return y
+
+
+def _height_one(values) -> list[int]:
+    """A conv1d stride/dilation as the 2-D one over (1, width)."""
+    return [1, *(_ints(values) if values is not None else [1])]
 
 
 def _patchify(x, weight):
@@ -631,7 +635,8 @@ class MilProgram:
                 else:
                     fixed[k] = self._constant(v)
             rounds = op.op_type not in EXACT_OPS
-            self.steps.append(_Step(OPS[op.op_type], fixed, live, [(o.name, rounds and _is_fp16(o)) for o in op.outputs]))
+            outputs = [(o.name, rounds and _is_fp16(o)) for o in op.outputs]
+            self.steps.append(_Step(OPS[op.op_type], fixed, live, outputs))
         else:
             raise UnsupportedOpError(op.op_type, op.name)
 
@@ -682,8 +687,8 @@ class MilProgram:
 
     @staticmethod
     def _output(value) -> np.ndarray:
-        array = np.asarray(value)
-        return array.astype(np.float32) if array.dtype.kind == "f" else array
+        array = np.asarray(value)  # a copy either way: an output may be a view of a constant
+        return array.astype(np.float32) if array.dtype.kind == "f" else array.copy()
 
 
 def _quiet_coremltools():

@@ -162,8 +162,8 @@ def _feeds(loaded: LoadedModel, record: dict, seed: int, images, max_batch: int)
     dynamic_batch = record["dynamic_batch"]
     info = record.get("info") or {}
     enumerated = info.get("batch_sizes")
-    if info.get("profiles"):  # a TensorRT engine: check the first profile's min, opt and max
-        enumerated = sorted(set(info["profiles"][0]))
+    if info.get("profiles"):  # a TensorRT engine: check every profile's min, opt and max
+        enumerated = sorted({b for profile in info["profiles"] for b in profile})
     batches = enumerated or verification_batches(loaded.input_shape, dynamic_batch, max_batch)
     feeds = []
     for batch in batches:

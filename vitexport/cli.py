@@ -350,7 +350,8 @@ def tensorrt(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
              builder: Annotated[str, typer.Option(help="auto, tensorrt or rtx (TensorRT-RTX builds without a GPU).")] = "auto",
              precision: Annotated[str, typer.Option(help="fp32, fp16 or int8.")] = "fp32",
              fp32_layers: Annotated[str, typer.Option(
-                 help="ONNX op types kept in fp32 in fp16 builds (comma separated).")] = "LayerNormalization,Softmax",
+                 help="Kept in fp32 in fp16 builds: ONNX op types or node-name globs such as */ln_1/* "
+                      "(comma separated).")] = "LayerNormalization,Softmax",
              min_batch: Annotated[int, typer.Option(help="Smallest batch of the profile.")] = 1,
              opt_batch: Annotated[Optional[int], typer.Option(help="Batch TensorRT tunes for (default: max).")] = None,
              max_batch: Annotated[int, typer.Option(help="Largest batch (above min: a dynamic batch).")] = 1,
@@ -365,6 +366,12 @@ def tensorrt(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
              hardware_compatibility: Annotated[Optional[str], typer.Option(
                  help="ampere_plus or same_compute_capability.")] = None,
              calibration_images: Annotated[Optional[Path], typer.Option(help="Images for int8 calibration.")] = None,
+             calibration_cache: Annotated[Optional[Path], typer.Option(
+                 help="int8 calibration cache (default: beside the engine).")] = None,
+             rtx_targets: Annotated[Optional[str], typer.Option(
+                 help="TensorRT-RTX compute targets: SM75, SM80, SM86, SM89, SM120, SM121 or CURRENT "
+                      "(comma separated; default: its portable set).")] = None,
+             tf32: Annotated[bool, typer.Option(help="Let fp32 layers use TF32 (faster, ~1e-3 relative error).")] = False,
              bundle: Annotated[Optional[Path], typer.Option(help="Also write a Jetson bundle to this folder.")] = None,
              opset: Annotated[int, typer.Option(help="ONNX opset of the ONNX the engine builds from.")] = 17,
              exporter: Annotated[str, typer.Option(help="ONNX exporter: auto, legacy or dynamo.")] = "auto",
@@ -382,7 +389,10 @@ def tensorrt(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
                    "optimization_level": optimization_level, "timing_cache": str(timing_cache) if timing_cache else None,
                    "dla_core": dla_core, "version_compatible": version_compatible,
                    "hardware_compatibility": hardware_compatibility,
-                   "calibration_images": str(calibration_images) if calibration_images else None}
+                   "calibration_images": str(calibration_images) if calibration_images else None,
+                   "calibration_cache": str(calibration_cache) if calibration_cache else None,
+                   "rtx_targets": tuple(t.strip() for t in rtx_targets.split(",")) if rtx_targets else (),
+                   "tf32": tf32}
     extra = {"tensorrt": trt_options, "bundle": str(bundle) if bundle else None, "out_dir": str(out), "seed": seed}
     options = ExportOptions(dynamic_batch=max_batch > min_batch, input_name=input_name, output_name=output_name,
                             opset=opset, exporter=exporter, precision=precision, extra=extra)

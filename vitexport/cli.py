@@ -17,7 +17,7 @@ import typer
 
 from .errors import ExitCode, ParityError, UsageError, VitexportError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Export Vision Transformers, prove the artifacts match PyTorch, and time each runtime.")
 
 # Shared options, declared once.

@@ -32,7 +32,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".ppm", ".pgm")
 def label_of(path) -> int | None:
     """Labels come from the file name's prefix before the first '_' when it is an integer (`3_0017.png`)."""
     prefix = path.stem.split("_", 1)[0]
-    return int(prefix) if prefix.isdigit() else None
+    return int(prefix) if prefix.isdecimal() and prefix.isascii() else None  # '²'.isdigit() is True
 
 
 def preprocess(path, preprocessing: dict, shape: tuple[int, ...]) -> np.ndarray:

@@ -7,29 +7,15 @@ the thread count be fixed through the environment before torch or ONNX Runtime i
 from __future__ import annotations
 
 import json
-import resource
 import sys
 import time
-
-
-def peak_rss_mb() -> float:
-    """This process's memory high-water mark. On Linux ru_maxrss carries the parent's peak over
-    fork and exec, so read VmHWM, which starts afresh with the new program."""
-    try:
-        for line in open("/proc/self/status"):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0  # kB -> MB
-    except OSError:
-        pass
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 1e6 if sys.platform == "darwin" else peak / 1024.0  # bytes on macOS, kB elsewhere
 
 
 def run(job: dict) -> dict:
     import numpy as np
 
     from . import backends, sidecar
-    from .bench import measure
+    from .bench import measure, peak_gpu_mb, peak_rss_mb
     from .inputs import random_pixels
 
     threads = job["threads"]
@@ -53,10 +39,8 @@ def run(job: dict) -> dict:
                     warmup_s=job["warmup_s"], iters=job.get("iters"), budget_s=job.get("budget_s"))
     provider = runner.provider
     runner.__exit__(None, None, None)
-    peak_gpu = torch.cuda.max_memory_allocated() / 1e6 if torch.cuda.is_available() and \
-        torch.cuda.is_initialized() else None
     return {**stats.to_dict(), "provider": provider, "load_s": load_s, "first_inference_ms": first_ms,
-            "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": peak_gpu,
+            "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": peak_gpu_mb(),
             "threads_applied": {"torch": torch.get_num_threads()}, "dtype": str(np.float32.__name__)}
 
 

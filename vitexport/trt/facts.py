@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -40,8 +39,6 @@ def jetson_facts(release_file: Path = TEGRA_RELEASE) -> dict[str, Any]:
 
 
 def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from ..sources import sha256_file
+
+    return sha256_file(path)

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from vitexport import api
-from vitexport.backends.base import ExportOptions
+from vitexport.backends.coreml.options import CoreMLOptions
+from vitexport.backends.coreml.mil_eval import load_program
 from vitexport.fingerprint import fingerprint
 from vitexport.inputs import random_pixels
-from vitexport.mil_eval import load_program
 from vitexport.sources import SourceSpec
 
 
@@ -35,15 +35,14 @@ def main(out: Path) -> dict:
     import onnxruntime as ort
 
     spec = SourceSpec("base")
-    onnx_result = api.export("onnx", spec, ExportOptions(), out / "artifacts")
+    onnx_result = api.export("onnx", spec, None, out / "artifacts")
     x = random_pixels((1, 3, 224, 224), 1, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
     session = ort.InferenceSession(onnx_result["artifact"], providers=["CPUExecutionProvider"])
     report = {"model": "base (ViT-B/16, 224, batch 1)", "fingerprint": fingerprint(), "packages": {}}
     ort_ms = median_ms(lambda: session.run(None, {"pixel_values": x}))
     report["onnxruntime_ms"] = ort_ms
     for precision in ("fp32", "fp16"):
-        result = api.export("coreml", spec, ExportOptions(precision=precision, extra={"precision": precision}),
-                            out / "artifacts" / precision)
+        result = api.export("coreml", spec, CoreMLOptions(precision=precision), out / "artifacts" / precision)
         program = load_program(result["artifact"])
         evaluator_ms = median_ms(lambda: program.run({"pixel_values": x}))
         parity = result["parity"]

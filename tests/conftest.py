@@ -31,3 +31,19 @@ def zoo_spec(name: str) -> str:
 @pytest.fixture
 def out_dir(tmp_path: Path) -> Path:
     return tmp_path / "out"
+
+
+@pytest.fixture(scope="session")
+def hf_dir(tmp_path_factory):
+    """hf_dir(architecture) -> the folder of its tiny model (tests/hf_tiny.py), built once per session."""
+    pytest.importorskip("transformers")
+    from hf_tiny import save_tiny
+
+    made: dict[str, Path] = {}
+
+    def get(architecture: str) -> Path:
+        if architecture not in made:
+            made[architecture] = save_tiny(architecture, tmp_path_factory.mktemp(architecture))
+        return made[architecture]
+
+    return get

@@ -1,6 +1,5 @@
 """Models with the faults the verifier must catch (used as `tests/planted.py:NAME` specs)."""
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 

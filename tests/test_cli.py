@@ -52,7 +52,7 @@ def test_human_output_shows_table_and_path(tmp_path):
     result = invoke("onnx", "--config", "tiny", *FAST, "--out", tmp_path)
     assert result.exit_code == 0
     assert "max |Δ|" in result.stdout and "PASSED" in result.stdout
-    assert str(tmp_path / "tiny.onnx") in result.stdout.replace("\n", "")
+    assert str(tmp_path / "tiny-depth1.onnx") in result.stdout.replace("\n", "")  # --set is in the name
 
 
 def test_no_verify_skips_parity(tmp_path):
@@ -69,7 +69,7 @@ def test_parity_failure_exits_4_and_prints_json(tmp_path):
 
 
 def test_corrupted_artifact_fails_verify_with_4(tmp_path):
-    art = tmp_path / "tiny.pt"
+    art = tmp_path / "tiny-depth1.pt"
     assert invoke("torchscript", "--config", "tiny", *FAST, "--out", tmp_path).exit_code == 0
     import torch
 
@@ -107,7 +107,7 @@ BAD_INPUTS = [
     (["onnx", "--config", "tiny", "--set", "depth"], 2, "expects KEY=VALUE"),
     (["onnx", "--config", "tiny", "--model", "torchvision:vit_b_16"], 2, "either --config or --model"),
     (["onnx", "--config", "tiny", "--opset", "11"], 2, "opset 11 is not supported"),
-    (["onnx", "--config", "tiny", "--exporter", "tflite"], 2, "unknown exporter"),
+    (["onnx", "--config", "tiny", "--exporter", "tflite"], 2, "--exporter must be one of"),
     (["onnx", "--config", "tiny", "--input-shape", "1,3,224"], 2, "N,C,H,W"),
     (["onnx", "--config", "tiny", "--input-shape", "1,3,64,64"], 2, "does not match the preset"),
     (["onnx", "--model", "nowhere/model.py:make"], 2, "model file not found"),
@@ -171,11 +171,38 @@ def test_bench_rejects_unknown_backends(tmp_path):
 
 def test_error_text_with_brackets_survives(tmp_path, monkeypatch):
     from vitexport.errors import BackendUnavailable
-    from vitexport.backends import onnx as onnx_backend
+    from vitexport.backends.onnx import OnnxBackend
 
     def missing(self):
         raise BackendUnavailable("install it: pip install 'vitexport[coreml]'")
 
-    monkeypatch.setattr(onnx_backend.OnnxBackend, "availability", missing)
+    monkeypatch.setattr(OnnxBackend, "availability", missing)
     result = invoke("onnx", "--config", "tiny", "--out", tmp_path)
     assert result.exit_code == 3 and "vitexport[coreml]" in result.stderr
+
+
+def test_coreml_command_maps_its_flags(tmp_path):
+    pytest.importorskip("coremltools")
+    result = invoke("coreml", "--config", "tiny", *FAST, "--precision", "fp32", "--target", "iOS18",
+                    "--batch-sizes", "1,2", "--author", "Team", "--out", tmp_path, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["options"]["target"] == "iOS18" and data["options"]["batch_sizes"] == [1, 2]
+    assert data["info"]["batch_sizes"] == [1, 2] and data["parity"]["batches"] == [1, 2]
+    assert data["precision"] == "fp32" and data["parity"]["passed"]
+    bad = invoke("coreml", "--config", "tiny", "--batch-sizes", "1,two", "--out", tmp_path)
+    assert bad.exit_code == 2 and "--batch-sizes expects comma-separated integers" in bad.stderr
+
+
+def test_tensorrt_command_maps_its_flags(tmp_path):
+    pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX wheels not installed")
+    result = invoke("tensorrt", "--config", "tiny", *FAST, "--builder", "rtx", "--max-batch", "4", "--opt-batch", "2",
+                    "--rtx-targets", "sm86,SM89", "--out", tmp_path, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["info"]["profiles"] == [[1, 2, 4]] and data["info"]["compute_targets"] == ["SM86", "SM89"]
+    assert data["options"]["builder"] == "rtx" and data["dynamic_batch"] is True
+    onnx_record = json.loads((tmp_path / "tiny-depth1.onnx.json").read_text())
+    assert onnx_record["dynamic_batch"] is True and onnx_record["parity"]["batches"] == [1, 3, 4]
+    if data["parity"]["passed"] is None:  # no GPU here: the engine was built, not run
+        assert data["status"] == "not-checked-here" and "GPU" in data["parity"]["skipped"]

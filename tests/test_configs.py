@@ -35,7 +35,7 @@ def test_base_gflops_matches_published_figure():
     ({"pos_embed": "rope"}, "pos_embed must be one of"),
     ({"depth": 0}, "depth must be a positive integer"),
     ({"in_chans": 1}, "mean/std need 1 values"),
-    ({"mlp_ratio": 0.0}, "mlp_ratio must be > 0"),
+    ({"mlp_ratio": 0.0}, "mlp_ratio must be a finite number > 0"),
 ])
 def test_impossible_configs_raise_clear_errors(changes, message):
     with pytest.raises(ConfigError, match=message):

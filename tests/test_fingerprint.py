@@ -1,11 +1,11 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 from datetime import datetime
 from importlib import metadata
 
-from vitexport import fingerprint as fpmod
 from vitexport.fingerprint import fingerprint
 
 
@@ -43,7 +43,7 @@ def test_fingerprinting_imports_no_runtime():
 
 
 def test_gpus_fall_back_to_none(monkeypatch):
-    monkeypatch.setattr(fpmod.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.delitem(sys.modules, "torch", raising=False)
     fp = fingerprint()
     assert fp["gpus"] == ["none"] and fp["gpu_source"] is None

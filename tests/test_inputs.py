@@ -17,7 +17,7 @@ def test_random_pixels_are_seeded_and_normalised():
 
 def test_batch_sweep():
     assert verification_batches((1, 3, 8, 8), True, 8) == [1, 3, 8]
-    assert verification_batches((4, 3, 8, 8), False) == [4]
+    assert verification_batches((4, 3, 8, 8), False, 8) == [4]
 
 
 def test_preprocess_resizes_shorter_side_crops_centre_and_normalises(tmp_path):
@@ -56,7 +56,7 @@ def test_chunks_pad_the_last_batch():
 
 
 @pytest.mark.parametrize("setup,message", [("missing", "not a directory"), ("empty", "no images"),
-                                           ("corrupt", "cannot read an image")])
+                                           ("corrupt", "cannot read broken.png")])
 def test_bad_image_folders(tmp_path, setup, message):
     folder = tmp_path / "imgs"
     if setup != "missing":

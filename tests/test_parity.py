@@ -66,15 +66,15 @@ def test_compare_reports_the_worst_case_over_batches():
     bad3[2, 0] += 1.0
     report = compare([(1, "random", {"logits": ref1}, {"logits": ref1}),
                       (3, "random", {"logits": ref3}, {"logits": bad3})], FP32, "fp32")
-    assert not report["passed"]
-    assert report["max_abs_error"] == pytest.approx(1.0, rel=1e-6)
-    assert report["batches"] == [1, 3]
-    assert report["failures"] and report["failures"][0].startswith("random batch 3 logits")
+    assert not report.passed
+    assert report.summary["max_abs_error"] == pytest.approx(1.0, rel=1e-6)
+    assert report.batches == [1, 3]
+    assert report.failures and report.failures[0].startswith("random batch 3 logits")
 
 
 def test_missing_output_fails():
     report = compare([(1, "random", {"logits": logits()}, {})], FP32, "fp32")
-    assert not report["passed"]
+    assert not report.passed
 
 
 def test_overrides_keep_the_precision_default_for_what_is_not_given():

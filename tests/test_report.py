@@ -165,3 +165,88 @@ def test_gpu_rows_are_not_shown_against_the_cpu_rate():
     measured = result("torch-cuda", 1, 3.0, provider="torch-cuda", roofline_fraction=0.3, roofline_basis="cuda")
     assert report.roofline_fraction(legacy) is None and report.roofline_fraction(measured) == 0.3
     assert report.roofline_fraction(result("onnxruntime", 1, 5.0, roofline_fraction=0.5)) == 0.5
+
+
+# The column list drives every output; these pin what each output's columns are and that they agree.
+
+FULL_MARKDOWN = ["device", "backend", "provider", "precision", "batch", "p50 ms", "p90 ms", "p99 ms", "mean ± std ms",
+                 "images/s", "load s", "first ms", "artifact MB", "peak RSS MB", "peak GPU MB", "CV", "of GEMM",
+                 "vs baseline"]
+FULL_TERMINAL = ["device", "backend", "prec", "batch", "p50", "p90", "p99", "mean±sd", "img/s", "load", "1st", "file",
+                 "RSS", "GPU", "CV", "roof", "vs base"]
+
+
+def full_report():
+    """A merged report with every conditional column shown: GPU memory, a GEMM share, an unavailable row,
+    a comparison with a baseline."""
+    vs = {"baseline_p50_ms": 16.0, "change": 0.25, "threshold": 0.1, "regressed": True}
+    data = make_report([result("torch", 1, 20.0, roofline_fraction=0.25, device_label="Xeon A", vs_baseline=vs),
+                        result("torch-cuda", 1, 3.0, provider="torch-cuda", peak_gpu_mb=900.0, roofline_fraction=0.3,
+                               roofline_basis="cuda", device_label="Xeon A"),
+                        {**result("coreml", 8, 0, False, reason="Core ML runs only on macOS"),
+                         "device_label": "Xeon A"}])
+    data["baseline"] = {"path": "old.json", "rule": "test rule", "compared": [], "unmatched": [], "regressions": []}
+    return data
+
+
+def test_csv_header_is_fixed(tmp_path):
+    assert report.CSV_FIELDS == (
+        "device", "model", "backend", "provider", "precision", "batch_size", "status", "p50_ms", "p90_ms", "p99_ms",
+        "mean_ms", "std_ms", "min_ms", "max_ms", "throughput_ips", "cv", "unstable", "iterations", "load_s",
+        "first_inference_ms", "artifact_mb", "peak_rss_mb", "peak_gpu_mb", "roofline_fraction", "roofline_basis",
+        "p50_change_vs_baseline")
+    for data in (full_report(), make_report([result("torch", 1, 20.0)])):  # the same header for any report
+        report.write_csv(data, tmp_path / "r.csv")
+        assert tuple(next(csv.reader(open(tmp_path / "r.csv")))) == report.CSV_FIELDS
+
+
+def test_table_headers_show_conditional_columns_only_when_they_have_values():
+    assert report.table_columns(full_report()) == FULL_MARKDOWN
+    assert [c.header for c in report.rich_table(full_report()).columns] == FULL_TERMINAL
+    plain = make_report([result("torch", 1, 20.0)])
+    assert report.table_columns(plain) == \
+        [h for h in FULL_MARKDOWN if h not in ("device", "peak GPU MB", "of GEMM", "vs baseline")]
+    assert [c.header for c in report.rich_table(plain).columns] == \
+        [h for h in FULL_TERMINAL if h not in ("device", "GPU", "roof", "vs base")]
+
+
+def test_every_column_reaches_its_outputs_consistently():
+    data = full_report()
+    columns = report.COLUMNS
+    assert len({c.key for c in columns}) == len(columns)
+    assert all(c.csv or c.markdown or c.terminal for c in columns)
+    assert report.CSV_FIELDS == tuple(c.csv for c in columns if c.csv)
+    assert report.table_columns(data) == [c.markdown for c in columns if c.markdown]
+    table = report.rich_table(data)
+    assert [c.header for c in table.columns] == [c.terminal for c in columns if c.terminal]
+    # Every row fills every column, and a column's Markdown and CSV agree on a row that ran.
+    records, body = report.csv_records(data), report.table_rows(data)
+    assert all(len(row) == len(FULL_MARKDOWN) for row in body)
+    assert all(len(c._cells) == len(body) for c in table.columns)
+    assert body[1][FULL_MARKDOWN.index("of GEMM")] == "30%" and records[1]["roofline_fraction"] == 0.3
+    assert body[1][FULL_MARKDOWN.index("peak GPU MB")] == "900.0" and records[1]["peak_gpu_mb"] == 900.0
+    assert body[0][FULL_MARKDOWN.index("vs baseline")] == "+25% > 10%" and records[0]["p50_change_vs_baseline"] == 0.25
+    assert body[1][FULL_MARKDOWN.index("vs baseline")] == "" and records[1]["p50_change_vs_baseline"] is None
+    # A row that could not run: named in full, its reason where its numbers would be, the rest empty.
+    first_number = FULL_MARKDOWN.index("p50 ms")
+    assert body[2][:first_number] == ["Xeon A", "coreml", "", "fp32", "8"]
+    assert body[2][first_number:] == \
+        ["unavailable: Core ML runs only on macOS"] + [""] * (len(body[2]) - first_number - 1)
+    assert records[2] == {"device": "Xeon A", "model": "tiny", "backend": "coreml", "provider": None,
+                          "precision": "fp32", "batch_size": 8, "status": "unavailable: Core ML runs only on macOS"}
+    terminal_row = [c._cells[2] for c in table.columns]
+    assert terminal_row[FULL_TERMINAL.index("p50")] == "[dim]n/a[/dim]"
+    assert "unavailable: Core ML runs only on macOS" in terminal_row[FULL_TERMINAL.index("backend")]
+
+
+def test_a_new_column_is_one_entry_in_the_list(monkeypatch):
+    energy = report.Column(key="energy", csv="joules_per_image", markdown="J/image", terminal="J/img",
+                           value=lambda row: row.get("joules_per_image"), fmt=lambda v: f"{v:.3f}",
+                           compact=lambda v: f"{v:.2f}")
+    monkeypatch.setattr(report, "COLUMNS", report.COLUMNS + (energy,))
+    data = make_report([result("torch", 1, 20.0, joules_per_image=0.125), result("x", 1, 0, False)])
+    assert report.table_columns(data)[-1] == "J/image"
+    assert [row[-1] for row in report.table_rows(data)] == ["0.125", ""]
+    table = report.rich_table(data)
+    assert table.columns[-1].header == "J/img" and table.columns[-1]._cells == ["0.12", ""]
+    assert [r.get("joules_per_image") for r in report.csv_records(data)] == [0.125, None]

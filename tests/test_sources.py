@@ -31,7 +31,7 @@ def save_tiny_weights(path, seed=7, mutate=None):
 
 def test_preset_loads_in_eval_mode_with_its_shape():
     loaded = load(tiny_spec())
-    assert loaded.kind == "preset" and loaded.name == "tiny"
+    assert loaded.kind == "preset" and loaded.name == "tiny-depth1-image_size32-patch_size8"  # overrides named
     assert loaded.input_shape == (1, 3, 32, 32)
     assert not loaded.model.training
     assert not any(p.requires_grad for p in loaded.model.parameters())

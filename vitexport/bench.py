@@ -140,31 +140,6 @@ class WallTimer:
         return (self.clock() - t0) * 1000.0
 
 
-class CudaEventTimer:
-    """CUDA events recorded on torch's current stream before and after the call.
-
-    Free of host timer and scheduling jitter, but it only sees work queued on that stream (or
-    ordered after it): use it for runners that run on torch's current stream (torch on CUDA, a
-    TensorRT runner given that stream), not for runtimes with private streams."""
-
-    name = "cuda-event"
-
-    def __init__(self) -> None:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UsageError("CUDA event timing needs a CUDA device")
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
-
-    def __call__(self, fn: Callable[[], object]) -> float:
-        self._start.record()
-        fn()
-        self._end.record()
-        self._end.synchronize()
-        return float(self._start.elapsed_time(self._end))
-
-
 def measure(run_once: Callable[[], object], *, batch_size: int, warmup_iters: int = 5, warmup_s: float = 1.0,
             iters: int | None = None, budget_s: float | None = 5.0, min_iters: int = MIN_ITERS,
             max_iters: int = MAX_ITERS, sync: Callable[[], None] | None = None,

@@ -1,47 +1,47 @@
 """One benchmark measurement in a fresh process: `python -m vitexport.bench_worker < job.json`.
 
 A fresh process per backend keeps runtimes from sharing thread pools, allocators or caches, and lets
-the thread count be fixed through the environment before torch or ONNX Runtime is imported.
+the thread count be fixed before torch or ONNX Runtime is imported. The protocol is described in
+vitexport.benchrun.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 
 
 def run(job: dict) -> dict:
-    import numpy as np
+    from .bench import apply_threads
 
-    from . import backends, sidecar
-    from .bench import measure, peak_gpu_mb, peak_rss_mb
+    threads = apply_threads(job["threads"])  # first: before numpy, torch or ONNX Runtime load
+
+    from . import backends
+    from .backends.base import RunOptions
+    from .bench import first_inference_ms, measure, peak_gpu_mb, peak_rss_mb, time_load
     from .inputs import random_pixels
+    from .sidecar import ArtifactRecord
 
-    threads = job["threads"]
-    import torch
-
-    torch.set_num_threads(threads)
-    record = sidecar.read(job["artifact"]) if job.get("artifact") else job["record"]
-    be = backends.get(job["runner_backend"])
-    options = {"threads": threads, **job.get("load_options", {})}
-    shape = record["source"]["input_shape"]
-    pre = record["source"]["preprocessing"]
-    x = random_pixels((job["batch"], *shape[1:]), job["seed"], pre.get("mean"), pre.get("std"))
-    feed = {record["input_names"][0]: x}
-    t0 = time.perf_counter()
-    runner = be.load(job.get("artifact"), record, **options).__enter__()
-    load_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    runner.run(feed)
-    first_ms = (time.perf_counter() - t0) * 1000.0
-    stats = measure(lambda: runner.run(feed), batch_size=job["batch"], warmup_iters=job["warmup_iters"],
-                    warmup_s=job["warmup_s"], iters=job.get("iters"), budget_s=job.get("budget_s"))
-    provider = runner.provider
-    runner.__exit__(None, None, None)
-    return {**stats.to_dict(), "provider": provider, "load_s": load_s, "first_inference_ms": first_ms,
-            "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": peak_gpu_mb(),
-            "threads_applied": {"torch": torch.get_num_threads()}, "dtype": str(np.float32.__name__)}
+    record = ArtifactRecord.from_dict(job["record"])
+    backends.register(job["backend"], job["module"])  # a backend registered at run time, not only built-in ones
+    be = backends.get(job["backend"])
+    run_options = RunOptions(**{**job["run"], "providers": tuple(job["run"]["providers"]),
+                                "threads": job["threads"]})
+    pre = record.source.preprocessing
+    x = random_pixels((job["batch"], *record.source.input_shape[1:]), job["seed"], pre.get("mean"), pre.get("std"))
+    feed = {record.input_names[0]: x}
+    runner, load_s = time_load(lambda: be.load(job.get("artifact"), record, run_options).__enter__())
+    try:
+        first_ms = first_inference_ms(lambda: runner.run(feed))
+        stats = measure(lambda: runner.run(feed), batch_size=job["batch"], warmup_iters=job["warmup_iters"],
+                        warmup_s=job["warmup_s"], iters=job.get("iters"), budget_s=job.get("budget_s"))
+        provider = runner.provider
+    finally:
+        runner.__exit__(None, None, None)
+    samples = {"samples_ms": stats.samples_ms} if job.get("samples") else {}
+    return {**stats.to_dict(), **samples, "provider": provider, "load_s": load_s, "first_inference_ms": first_ms,
+            "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": peak_gpu_mb(), "threads_applied": threads,
+            "dtype": "float32"}
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from .errors import ConfigError
@@ -129,18 +130,49 @@ def validate(cfg: ViTConfig) -> None:
         raise ConfigError(f"image size {h}x{w} is not divisible by patch size {cfg.patch_size}")
     if cfg.embed_dim % cfg.num_heads:
         raise ConfigError(f"num_heads {cfg.num_heads} does not divide embed_dim {cfg.embed_dim}")
-    if cfg.mlp_ratio <= 0:
-        raise ConfigError(f"mlp_ratio must be > 0, got {cfg.mlp_ratio}")
+    for what, value in (("mlp_ratio", cfg.mlp_ratio), ("norm_eps", cfg.norm_eps)):
+        if not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{what} must be a finite number > 0, got {value}")
+    if cfg.mlp_dim < 1:
+        raise ConfigError(f"mlp_ratio {cfg.mlp_ratio} leaves no MLP units at embed_dim {cfg.embed_dim}")
     for name, value, allowed in (("activation", cfg.activation, ACTIVATIONS), ("pooling", cfg.pooling, POOLINGS),
-                                 ("pos_embed", cfg.pos_embed, POS_EMBEDS), ("attention", cfg.attention, ATTENTION_IMPLS)):
+                                 ("pos_embed", cfg.pos_embed, POS_EMBEDS),
+                                 ("attention", cfg.attention, ATTENTION_IMPLS)):
         if value not in allowed:
             raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
     if cfg.pos_embed == "sincos" and cfg.embed_dim % 4:
         raise ConfigError(f"sin-cos positions need embed_dim divisible by 4, got {cfg.embed_dim}")
     if len(cfg.mean) != cfg.in_chans or len(cfg.std) != cfg.in_chans:
         raise ConfigError(f"mean/std need {cfg.in_chans} values (one per input channel)")
+    if not all(math.isfinite(v) for v in (*cfg.mean, *cfg.std)):
+        raise ConfigError("mean/std values must be finite numbers")
     if any(s <= 0 for s in cfg.std):
         raise ConfigError("std values must be > 0")
+
+
+def memory_estimate(cfg: ViTConfig, batch: int = 1) -> tuple[float, float]:
+    """(parameter bytes, activation bytes) of one float32 forward at `batch`, a lower bound.
+
+    Activations: what is alive at once inside one block (a few token x width tensors, the MLP's
+    hidden layer, and the attention matrix of every head); export and verification hold about
+    twice the parameters on top (the model, and the artifact being written or run)."""
+    t, d = cfg.num_tokens, cfg.embed_dim
+    params = 4.0 * cfg.param_count()
+    activations = 4.0 * batch * (4 * t * d + t * cfg.mlp_dim + cfg.num_heads * t * t)
+    return params, activations
+
+
+def check_fits(cfg: ViTConfig, available_bytes: float | None, batch: int = 1) -> None:
+    """Refuse a configuration whose export could not fit in memory (a typo such as image_size=100000
+    or depth=10000), with the estimate, before anything is allocated."""
+    if available_bytes is None:
+        return
+    params, activations = memory_estimate(cfg, batch)
+    needed = 3 * params + activations
+    if needed > available_bytes:
+        raise ConfigError(f"this configuration needs about {needed / 1e9:.3g} GB to export (parameters "
+                          f"{params / 1e9:.3g} GB, held about three times, activations {activations / 1e9:.3g} GB at "
+                          f"batch {batch}); this machine has {available_bytes / 1e9:.3g} GB")
 
 
 def _preset(name: str, **kw) -> ViTConfig:
@@ -185,7 +217,8 @@ def parse_overrides(items: list[str]) -> dict:
         if not sep or not raw:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         if key not in fields or key == "name":
-            raise ConfigError(f"unknown config field {key!r} in --set (known: {', '.join(k for k in fields if k != 'name')})")
+            known = ", ".join(k for k in fields if k != "name")
+            raise ConfigError(f"unknown config field {key!r} in --set (known: {known})")
         out[key] = _coerce(key, raw.strip())
     return out
 

@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     USAGE = 2  # bad usage or bad input
     UNAVAILABLE = 3  # backend not available on this machine
     PARITY = 4  # artifact does not match PyTorch
+    REGRESSION = 5  # slower (bench) or less accurate (verify) than the --baseline beyond its margin
 
 
 class VitexportError(Exception):
@@ -62,6 +63,17 @@ class ParityError(VitexportError):
     """The artifact's outputs left tolerance; ``result`` holds the full report."""
 
     exit_code = ExitCode.PARITY
+
+    def __init__(self, message: str, result: dict | None = None):
+        super().__init__(message)
+        self.result = result or {}
+
+
+class RegressionError(VitexportError):
+    """Worse than a baseline beyond the margin: slower rows in a bench, worse parity numbers in a
+    verify. ``result`` holds the full result with its comparison, as ``--json`` prints it."""
+
+    exit_code = ExitCode.REGRESSION
 
     def __init__(self, message: str, result: dict | None = None):
         super().__init__(message)

@@ -1,26 +1,18 @@
 """Where a benchmark ran: enough to tell two machines apart, nothing that names the host or its user.
 
-Library versions come from package metadata, so fingerprinting never imports (or initialises) torch,
-ONNX Runtime or TensorRT itself.
+Versions, GPUs and the Jetson release come from vitexport.environment, which never imports (or
+initialises) torch, ONNX Runtime or TensorRT itself.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import shutil
-import subprocess
 import sys
-from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 
 from .bench import THREAD_ENV
-
-# Distribution names (normalised: lower case, "-" for "_"); every "tensorrt*" distribution is added too,
-# since TensorRT ships as tensorrt, tensorrt-cu12, tensorrt-rtx-cu12-bindings, ...
-LIBRARIES = ("torch", "torchvision", "onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu",
-             "onnxruntime-directml", "coremltools", "numpy", "vitexport")
+from .environment import gpus, jetson_power, jetson_release, now, run_quietly, versions
 
 
 def _read(path: str) -> str | None:
@@ -31,13 +23,10 @@ def _read(path: str) -> str | None:
 
 
 def _sysctl(name: str) -> str | None:
-    if sys.platform != "darwin" or not shutil.which("sysctl"):
+    if sys.platform != "darwin":
         return None
-    try:
-        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return (out.stdout.strip() or None) if out.returncode == 0 else None
+    out = run_quietly(["sysctl", "-n", name], timeout=5)
+    return (out.strip() or None) if out else None
 
 
 def cpu_model() -> str:
@@ -78,6 +67,38 @@ def physical_cores() -> int | None:
     return int(value) if value and value.isdigit() else None
 
 
+# Instruction sets that decide how fast matrix code runs, by the names /proc/cpuinfo, sysctl
+# machdep.cpu.* (Intel Macs, upper case) and sysctl hw.optional.* (Apple silicon) give them, compared
+# without case, "_", "." or an "arm.feat" prefix.
+ISA_FEATURES = {
+    "avx2": "AVX2", "fma": "FMA", "avx512f": "AVX-512", "avx512vnni": "AVX-512 VNNI", "avxvnni": "AVX-VNNI",
+    "avx512bf16": "AVX-512 BF16", "avx512fp16": "AVX-512 FP16", "amxtile": "AMX", "amxint8": "AMX-INT8",
+    "amxbf16": "AMX-BF16",
+    "neon": "NEON", "asimd": "NEON", "asimdhp": "NEON FP16", "fphp": "NEON FP16", "fp16": "NEON FP16",
+    "asimddp": "dot product", "dotprod": "dot product", "i8mm": "int8 matmul", "bf16": "BF16",
+    "sve": "SVE", "sve2": "SVE2", "sme": "SME",
+}
+
+
+def cpu_features() -> list[str]:
+    """The instruction sets in `ISA_FEATURES` this CPU has, in that table's order."""
+    info = _read("/proc/cpuinfo") or ""
+    flags = [word for line in info.splitlines() if line.split(":")[0].strip() in ("flags", "Features")
+             for word in line.split(":", 1)[1].split()]
+    if not flags and sys.platform == "darwin":
+        flags = (_sysctl("machdep.cpu.features") or "").split() + (_sysctl("machdep.cpu.leaf7_features") or "").split()
+        optional = run_quietly(["sysctl", "hw.optional"], timeout=5) or ""
+        flags += [line.split(":")[0].rsplit(".", 1)[-1] for line in optional.splitlines()
+                  if line.rsplit(":", 1)[-1].strip() == "1"]
+    return isa_names(flags)
+
+
+def isa_names(flags: list[str]) -> list[str]:
+    """Raw CPU flags -> the names in `ISA_FEATURES`, each once, in that table's order."""
+    have = {f.lower().replace("_", "").replace(".", "").removeprefix("feat") for f in flags}
+    return list(dict.fromkeys(name for key, name in ISA_FEATURES.items() if key in have))
+
+
 def usable_cores() -> int | None:
     """Cores this process may run on (a container or taskset can allow fewer than the machine has)."""
     if hasattr(os, "sched_getaffinity"):
@@ -85,62 +106,11 @@ def usable_cores() -> int | None:
     return os.cpu_count()
 
 
-def gpus() -> tuple[list[str], str | None, str | None]:
-    """GPU names, driver version and where they were read from.
-
-    torch is asked only when something already imported it (fingerprinting must not pay for, or
-    change, CUDA initialisation); nvidia-smi otherwise."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            if torch.cuda.is_available():
-                names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-                return names, _smi_driver(), "torch"
-        except Exception:  # a broken CUDA setup must not stop the report
-            pass
-    names, driver = _smi()
-    return names, driver, "nvidia-smi" if names else None
-
-
-def _smi() -> tuple[list[str], str | None]:
-    if not shutil.which("nvidia-smi"):
-        return [], None
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return [], None
-    if out.returncode != 0:
-        return [], None
-    rows = [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines() if line.strip()]
-    names = [r[0] for r in rows if r and r[0]]
-    driver = next((r[1] for r in rows if len(r) > 1 and r[1]), None)
-    return names, driver
-
-
-def _smi_driver() -> str | None:
-    return _smi()[1]
-
-
-def versions() -> dict[str, str]:
-    """Installed versions of the libraries a result depends on, from package metadata only."""
-    found: dict[str, str] = {}
-    for dist in metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
-        if name in LIBRARIES or name.startswith("tensorrt"):
-            found.setdefault(name, dist.version)
-    return dict(sorted(found.items()))
-
-
-def jetson_l4t() -> str | None:
-    line = (_read("/etc/nv_tegra_release") or "").splitlines()
-    return (line[0].strip() or None) if line else None
-
-
 def fingerprint(threads: int | None = None) -> dict:
     """The machine, software and thread settings a report was measured with. No hostname, user
     name or path: reports are meant to be shared."""
     names, driver, source = gpus()
+    jetson = jetson_power()
     return {
         "cpu": cpu_model(),
         "physical_cores": physical_cores(),
@@ -155,6 +125,10 @@ def fingerprint(threads: int | None = None) -> dict:
         "libraries": versions(),
         "threads": threads,
         "thread_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ},
-        "jetson_l4t": jetson_l4t(),
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cpu_features": cpu_features(),
+        "jetson_l4t": jetson_release(),
+        # Both change a Jetson's latency by multiples, so two reports differing in them are different machines.
+        "jetson_power_mode": jetson["power_mode"],
+        "jetson_clocks": jetson["clocks"],
+        "timestamp": now(),
     }

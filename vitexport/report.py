@@ -14,18 +14,13 @@ import csv
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .errors import UsageError
 
 SCHEMA = "vitexport.bench/1"
-
-# Machine-readable columns: raw numbers, no units in cells.
-CSV_FIELDS = ("device", "model", "backend", "provider", "precision", "batch_size", "status", "p50_ms", "p90_ms",
-              "p99_ms", "mean_ms", "std_ms", "min_ms", "max_ms", "throughput_ips", "cv", "unstable", "iterations",
-              "load_s", "first_inference_ms", "artifact_mb", "peak_rss_mb", "peak_gpu_mb", "roofline_fraction",
-              "roofline_basis")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -40,8 +35,8 @@ def _mb(nbytes: Any) -> float | None:
     return nbytes / 1e6 if nbytes else None
 
 
-def _provider(row: dict) -> str:
-    return (row.get("provider") or "").replace("ExecutionProvider", "")
+def _short_provider(provider: str | None) -> str:
+    return (provider or "").replace("ExecutionProvider", "")
 
 
 def _batch_key(row: dict) -> tuple:
@@ -68,10 +63,21 @@ def short_cpu(name: str) -> str:
 
 
 def machine_label(report: dict, fallback: str = "") -> str:
-    """A short name for the machine a report came from: its --label, its GPUs, else its CPU."""
+    """A short name for the machine a report came from: its --label, its GPUs, else its CPU; a
+    Jetson's power mode follows, since one board in two modes is two different machines."""
     fp = report.get("fingerprint") or {}
     gpu = ", ".join(g for g in fp.get("gpus", []) if g and g != "none")
-    return report.get("label") or gpu or short_cpu(fp.get("cpu") or "") or fallback
+    name = report.get("label") or gpu or short_cpu(fp.get("cpu") or "") or fallback
+    mode = fp.get("jetson_power_mode")
+    return f"{name} ({mode})" if mode and not report.get("label") else name
+
+
+def jetson_line(fp: dict) -> str:
+    """'Jetson R36 (release), REVISION: 4.3, power mode MAXN, clocks locked'; '' off a Jetson."""
+    if not fp.get("jetson_l4t"):
+        return ""
+    return (f"Jetson {fp['jetson_l4t'].lstrip('# ')}, power mode {fp.get('jetson_power_mode') or 'unknown'}, "
+            f"clocks {fp.get('jetson_clocks') or 'unknown'}")
 
 
 def _clean(value: Any) -> Any:
@@ -85,11 +91,7 @@ def _clean(value: Any) -> Any:
     return value
 
 
-# ------------------------------------------------------------------------------------------ table rows
-
-def _show_gpu(report: dict) -> bool:
-    return any(r.get("peak_gpu_mb") for r in report["results"])
-
+# ---------------------------------------------------------------------------------------------- columns
 
 def roofline_fraction(row: dict) -> float | None:
     """The row's share of its GEMM rate. Rows written before `roofline_basis` existed compared GPU
@@ -105,53 +107,56 @@ def roofline_fraction(row: dict) -> float | None:
     return float(frac)
 
 
+def _roofline_basis(row: dict) -> str | None:
+    # Only next to a fraction that is shown: a basis on its own would describe nothing.
+    return row.get("roofline_basis") if roofline_fraction(row) is not None else None
+
+
+def _show_gpu(report: dict) -> bool:
+    return any(r.get("peak_gpu_mb") for r in report["results"])
+
+
 def _show_roofline(report: dict) -> bool:
     return any(roofline_fraction(r) is not None for r in report["results"])
 
 
-def table_columns(report: dict) -> list[str]:
-    cols = (["device"] if is_merged(report) else []) + [
-        "backend", "provider", "precision", "batch", "p50 ms", "p90 ms", "p99 ms", "mean ± std ms", "images/s",
-        "load s", "first ms", "artifact MB", "peak RSS MB"]
-    if _show_gpu(report):
-        cols.append("peak GPU MB")
-    cols.append("CV")
-    if _show_roofline(report):
-        cols.append("of GEMM")
-    return cols
+def _unavailable_note(row: dict) -> str:
+    return f"unavailable: {row.get('reason') or 'unknown'}"
 
 
-def table_rows(report: dict) -> list[list[str]]:
-    """Display rows in `table_columns` order, grouped by batch size; an unavailable backend keeps
-    its row with `unavailable: <reason>` where its numbers would be."""
-    cols = table_columns(report)
-    merged, gpu, roof = is_merged(report), _show_gpu(report), _show_roofline(report)
-    out = []
-    for _, group in by_batch(report["results"]):
-        for r in group:
-            head = ([r.get("device_label", "")] if merged else []) + [
-                r.get("backend", ""), _provider(r), r.get("precision") or "", str(r.get("batch_size", ""))]
-            if not r.get("available"):
-                out.append(head + [f"unavailable: {r.get('reason') or 'unknown'}"] + [""] * (len(cols) - len(head) - 1))
-                continue
-            lat = r["latency_ms"]
-            cv = _f(r.get("cv"), 3) + (" unstable" if r.get("unstable") else "")
-            cells = [_f(lat["p50"], 2), _f(lat["p90"], 2), _f(lat["p99"], 2),
-                     f"{lat['mean']:.2f} ± {lat['std']:.2f}", _f(r.get("throughput_ips")), _f(r.get("load_s"), 2),
-                     _f(r.get("first_inference_ms")), _f(_mb(r.get("artifact_bytes"))), _f(r.get("peak_rss_mb"))]
-            if gpu:
-                cells.append(_f(r.get("peak_gpu_mb")))
-            cells.append(cv)
-            if roof:
-                frac = roofline_fraction(r)
-                cells.append(f"{frac:.0%}" if isinstance(frac, (int, float)) and math.isfinite(frac) else "")
-            out.append(head + cells)
-    return out
+def _status(row: dict) -> str:
+    return "ok" if row.get("available") else _unavailable_note(row)
 
 
-def rows(report: dict) -> list[list[str]]:
-    """Alias of `table_rows`, kept for callers of the first version."""
-    return table_rows(report)
+def _terminal_name(row: dict) -> str:
+    """Backend, then its provider where that tells something: the terminal has no provider column."""
+    name, provider = str(row.get("backend", "")), _short_provider(row.get("provider"))
+    if provider and provider not in ("torch-cpu", "torch-cuda") and provider.lower() not in name.lower():
+        name += f" ({provider})"
+    return name
+
+
+def _field(name: str) -> Callable[[dict], Any]:
+    return lambda row: row.get(name)
+
+
+def _latency(stat: str) -> Callable[[dict], Any]:
+    return lambda row: row["latency_ms"].get(stat)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _markup(value: Any) -> str:
+    """Text for the terminal table, where `[...]` would otherwise be read as rich markup."""
+    from rich.markup import escape
+
+    return escape(_text(value))
+
+
+def _f2(value: Any) -> str:
+    return _f(value, 2)
 
 
 def _sig(value: Any) -> str:
@@ -159,6 +164,156 @@ def _sig(value: Any) -> str:
     if value is None or not math.isfinite(value):
         return ""
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def _percent(value: float | None) -> str:
+    return "" if value is None else f"{value:.0%}"
+
+
+def _vs_baseline(row: dict) -> dict | None:
+    return row.get("vs_baseline")
+
+
+def _change(vs: dict | None) -> str:
+    """'+12% > 10%' for a row slower beyond its threshold, '-3%' otherwise."""
+    if not vs:
+        return ""
+    return f"{vs['change']:+.0%}" + (f" > {vs['threshold']:.0%}" if vs["regressed"] else "")
+
+
+def _change_markup(vs: dict | None) -> str:
+    text = _change(vs)
+    return f"[red]{text}[/red]" if vs and vs["regressed"] else text
+
+
+def _show_baseline(report: dict) -> bool:
+    return bool(report.get("baseline"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Column:
+    """One column of the reports. The CSV, the Markdown table and the terminal table each walk
+    `COLUMNS` in order and take the columns they have a header for: a new column is one new entry."""
+
+    key: str  # names the column in code and tests
+    value: Callable[[dict], Any]  # result row -> raw value, as the CSV writes it
+    csv: str | None = None  # CSV field name
+    markdown: str | None = None  # Markdown header
+    terminal: str | None = None  # terminal header
+    fmt: Callable[[Any], str] = _text  # raw value -> Markdown cell
+    compact: Callable[[Any], str] = _markup  # raw value -> terminal cell (rich markup), narrower than Markdown
+    # Whether the tables show the column for this report (an empty column only takes room). The CSV
+    # always has every field, so that its header is the same for every report.
+    shown: Callable[[dict], bool] = lambda report: True
+    # Says which run a row is: filled in also for a row that could not run.
+    always: bool = False
+    # Terminal (min, max) width of a left-aligned text column that may fold; None: a right-aligned number.
+    width: tuple[int, int] | None = None
+
+
+COLUMNS: tuple[Column, ...] = (
+    # Which run a row is. The tables name the machine only in a merged report; the CSV always does.
+    Column(key="device", csv="device", markdown="device", terminal="device", value=_field("device_label"),
+           shown=is_merged, always=True, width=(10, 24)),
+    Column(key="model", csv="model", value=_field("model"), always=True),
+    Column(key="backend", csv="backend", markdown="backend", value=_field("backend"), always=True),
+    # The terminal has no room for a provider column: there the provider follows the backend's name.
+    Column(key="name", terminal="backend", value=_terminal_name, always=True, width=(12, 28)),
+    Column(key="provider", csv="provider", markdown="provider", value=_field("provider"), fmt=_short_provider,
+           always=True),
+    Column(key="precision", csv="precision", markdown="precision", terminal="prec", value=_field("precision"),
+           always=True),
+    Column(key="batch", csv="batch_size", markdown="batch", terminal="batch", value=_field("batch_size"), fmt=str,
+           compact=str, always=True),
+    Column(key="status", csv="status", value=_status, always=True),
+    # Measurements: empty where a row could not run.
+    Column(key="p50", csv="p50_ms", markdown="p50 ms", terminal="p50", value=_latency("p50"), fmt=_f2, compact=_sig),
+    Column(key="p90", csv="p90_ms", markdown="p90 ms", terminal="p90", value=_latency("p90"), fmt=_f2, compact=_sig),
+    Column(key="p99", csv="p99_ms", markdown="p99 ms", terminal="p99", value=_latency("p99"), fmt=_f2, compact=_sig),
+    # The tables put mean and std in one cell; the CSV keeps each number (and min, max) in its own field.
+    Column(key="mean_std", markdown="mean ± std ms", terminal="mean±sd",
+           value=lambda row: (row["latency_ms"]["mean"], row["latency_ms"]["std"]),
+           fmt=lambda mean_std: "{:.2f} ± {:.2f}".format(*mean_std),
+           compact=lambda mean_std: "{}±{}".format(*map(_sig, mean_std))),
+    Column(key="mean", csv="mean_ms", value=_latency("mean")),
+    Column(key="std", csv="std_ms", value=_latency("std")),
+    Column(key="min", csv="min_ms", value=_latency("min")),
+    Column(key="max", csv="max_ms", value=_latency("max")),
+    Column(key="throughput", csv="throughput_ips", markdown="images/s", terminal="img/s",
+           value=_field("throughput_ips"), fmt=_f, compact=_sig),
+    # CSV only, here to keep the CSV header's order. The tables show CV and its unstable flag in one
+    # cell, after the memory columns.
+    Column(key="cv", csv="cv", value=_field("cv")),
+    Column(key="unstable", csv="unstable", value=_field("unstable")),
+    Column(key="iterations", csv="iterations", value=_field("iterations")),
+    Column(key="load", csv="load_s", markdown="load s", terminal="load", value=_field("load_s"), fmt=_f2,
+           compact=_f2),
+    Column(key="first", csv="first_inference_ms", markdown="first ms", terminal="1st",
+           value=_field("first_inference_ms"), fmt=_f, compact=_sig),
+    Column(key="artifact", csv="artifact_mb", markdown="artifact MB", terminal="file",
+           value=lambda row: _mb(row.get("artifact_bytes")), fmt=_f, compact=_sig),
+    Column(key="peak_rss", csv="peak_rss_mb", markdown="peak RSS MB", terminal="RSS", value=_field("peak_rss_mb"),
+           fmt=_f, compact=_sig),
+    Column(key="peak_gpu", csv="peak_gpu_mb", markdown="peak GPU MB", terminal="GPU", value=_field("peak_gpu_mb"),
+           fmt=_f, compact=_sig, shown=_show_gpu),
+    Column(key="cv_flag", markdown="CV", terminal="CV", value=lambda row: (row.get("cv"), row.get("unstable")),
+           fmt=lambda cv_flag: _f(cv_flag[0], 3) + (" unstable" if cv_flag[1] else ""),
+           compact=lambda cv_flag: f"[red]{_f(cv_flag[0], 2)}[/red]" if cv_flag[1] else _f(cv_flag[0], 2)),
+    Column(key="roofline", csv="roofline_fraction", markdown="of GEMM", terminal="roof", value=roofline_fraction,
+           fmt=_percent, compact=_percent, shown=_show_roofline),
+    Column(key="roofline_basis", csv="roofline_basis", value=_roofline_basis),
+    # p50 change against `bench --baseline`'s like row, marked where it is beyond the row's threshold;
+    # the CSV keeps the fraction.
+    Column(key="vs_baseline", markdown="vs baseline", terminal="vs base", value=_vs_baseline, fmt=_change,
+           compact=_change_markup, shown=_show_baseline),
+    Column(key="p50_change", csv="p50_change_vs_baseline", value=lambda row: (_vs_baseline(row) or {}).get("change")),
+)
+
+# Machine-readable columns: raw numbers, no units in cells.
+CSV_FIELDS = tuple(c.csv for c in COLUMNS if c.csv)
+
+
+# ------------------------------------------------------------------------------------------ table rows
+
+def _shown(report: dict, table: str) -> list[Column]:
+    """The columns that `table` ("markdown" or "terminal") shows for this report."""
+    return [c for c in COLUMNS if getattr(c, table) and c.shown(report)]
+
+
+def _in_table_order(report: dict) -> list[dict]:
+    return [r for _, group in by_batch(report["results"]) for r in group]
+
+
+def _cells(row: dict, columns: list[Column], terminal: bool, unavailable_cell: str) -> list[str]:
+    """A row's cells, in Markdown (`fmt`) or terminal (`compact`) form. A row that could not run keeps
+    its identity cells and shows `unavailable_cell` where its numbers would be: it was tried."""
+    ran = row.get("available")
+    cells = []
+    for c in columns:
+        if ran or c.always:
+            raw = c.value(row)
+            cells.append(c.compact(raw) if terminal else c.fmt(raw))
+        else:
+            cells.append("")
+    if not ran:
+        cells[next(i for i, c in enumerate(columns) if not c.always)] = unavailable_cell
+    return cells
+
+
+def table_columns(report: dict) -> list[str]:
+    return [c.markdown for c in _shown(report, "markdown")]
+
+
+def table_rows(report: dict) -> list[list[str]]:
+    """Display rows in `table_columns` order, grouped by batch size; an unavailable backend keeps
+    its row with `unavailable: <reason>` where its numbers would be."""
+    columns = _shown(report, "markdown")
+    return [_cells(r, columns, False, _unavailable_note(r)) for r in _in_table_order(report)]
+
+
+def rows(report: dict) -> list[list[str]]:
+    """Alias of `table_rows`, kept for callers of the first version."""
+    return table_rows(report)
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -172,47 +327,26 @@ def rich_table(report: dict, title: str = "vitexport bench"):
     from rich.markup import escape
     from rich.table import Table
 
-    merged, gpu, roof = is_merged(report), _show_gpu(report), _show_roofline(report)
+    columns = _shown(report, "terminal")
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0),
                   caption="ms: p50 p90 p99 mean±sd, 1st = first inference; load in s; file, RSS, GPU in MB "
                           "(10^6 bytes); CV = std/mean; roof = share of the measured GEMM rate")
-    if merged:
-        table.add_column("device", min_width=10, max_width=24, overflow="fold")
-    table.add_column("backend", min_width=12, max_width=28, overflow="fold")
-    for name in ("prec", "batch", "p50", "p90", "p99", "mean±sd", "img/s", "load", "1st", "file", "RSS") + \
-            (("GPU",) if gpu else ()):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("CV", justify="right", no_wrap=True)
-    if roof:
-        table.add_column("roof", justify="right", no_wrap=True)
+    for c in columns:
+        if c.width:
+            table.add_column(c.terminal, min_width=c.width[0], max_width=c.width[1], overflow="fold")
+        else:
+            table.add_column(c.terminal, justify="right", no_wrap=True)
+    name = [c.key for c in columns].index("name")  # notes on a row go under its name, where there is room
     groups = by_batch(report["results"])
     for i, (_, group) in enumerate(groups):
         for r in group:
-            name = escape(str(r.get("backend", "")))
-            provider = _provider(r)
-            if provider and provider not in ("torch-cpu", "torch-cuda") and provider.lower() not in name.lower():
-                name += f" ({escape(provider)})"
-            head = ([escape(str(r.get("device_label", "")))] if merged else []) + [name]
-            tail = [escape(str(r.get("precision") or "")), str(r.get("batch_size", ""))]
+            cells = _cells(r, columns, True, "[dim]n/a[/dim]")
             if not r.get("available"):
                 # Shortened here to keep the table readable; `unavailable()` gives the whole reason.
-                reason = _shorten(f"unavailable: {r.get('reason') or 'unknown'}", 72)
-                head[-1] += f"\n[dim]{escape(reason)}[/dim]"
-                table.add_row(*head, *tail, "[dim]n/a[/dim]")
-                continue
-            lat = r["latency_ms"]
-            cells = [_sig(lat["p50"]), _sig(lat["p90"]), _sig(lat["p99"]), f"{_sig(lat['mean'])}±{_sig(lat['std'])}",
-                     _sig(r.get("throughput_ips")), _f(r.get("load_s"), 2), _sig(r.get("first_inference_ms")),
-                     _sig(_mb(r.get("artifact_bytes"))), _sig(r.get("peak_rss_mb"))]
-            if gpu:
-                cells.append(_sig(r.get("peak_gpu_mb")))
-            if r.get("unstable"):
-                head[-1] += f"\n[red]unstable: CV {r['cv']:.2f} > {r.get('unstable_cv', 0.1):.2f}[/red]"
-            cells.append(f"[red]{_f(r.get('cv'), 2)}[/red]" if r.get("unstable") else _f(r.get("cv"), 2))
-            if roof:
-                frac = roofline_fraction(r)
-                cells.append(f"{frac:.0%}" if isinstance(frac, (int, float)) and math.isfinite(frac) else "")
-            table.add_row(*head, *tail, *cells)
+                cells[name] += f"\n[dim]{escape(_shorten(_unavailable_note(r), 72))}[/dim]"
+            elif r.get("unstable"):
+                cells[name] += f"\n[red]unstable: CV {r['cv']:.2f} > {r.get('unstable_cv', 0.1):.2f}[/red]"
+            table.add_row(*cells)
         if i < len(groups) - 1:
             table.add_section()
     return table
@@ -238,24 +372,10 @@ def csv_records(report: dict) -> list[dict[str, Any]]:
     """One flat record per result with raw numbers; `status` is `ok` or `unavailable: <reason>`."""
     own = machine_label(report)
     out = []
-    for _, group in by_batch(report["results"]):
-        for r in group:
-            rec: dict[str, Any] = {"device": r.get("device_label") or own, "model": r.get("model", report.get("model")),
-                                   "backend": r.get("backend"), "provider": r.get("provider"),
-                                   "precision": r.get("precision"), "batch_size": r.get("batch_size")}
-            if not r.get("available"):
-                rec["status"] = f"unavailable: {r.get('reason') or 'unknown'}"
-            else:
-                lat = r["latency_ms"]
-                rec.update(status="ok", **{f"{k}_ms": lat.get(k) for k in ("p50", "p90", "p99", "mean", "std", "min",
-                                                                              "max")},
-                           throughput_ips=r.get("throughput_ips"), cv=r.get("cv"), unstable=r.get("unstable"),
-                           iterations=r.get("iterations"), load_s=r.get("load_s"),
-                           first_inference_ms=r.get("first_inference_ms"), artifact_mb=_mb(r.get("artifact_bytes")),
-                           peak_rss_mb=r.get("peak_rss_mb"), peak_gpu_mb=r.get("peak_gpu_mb"),
-                           roofline_fraction=roofline_fraction(r),
-                           roofline_basis=r.get("roofline_basis") if roofline_fraction(r) is not None else None)
-            out.append(_clean(rec))
+    for r in _in_table_order(report):
+        # Every record names its machine and model, also in a single-machine report whose rows don't.
+        row = {"model": report.get("model"), **r, "device_label": r.get("device_label") or own}
+        out.append(_clean({c.csv: c.value(row) for c in COLUMNS if c.csv and (r.get("available") or c.always)}))
     return out
 
 
@@ -274,7 +394,9 @@ def _machine_line(fp: dict, settings: dict | None) -> str:
     cores = f"{fp.get('physical_cores') or '?'} physical / {usable} usable cores"
     libs = ", ".join(f"{k} {v}" for k, v in (fp.get("libraries") or {}).items())
     threads = (settings or {}).get("threads", fp.get("threads"))
-    return (f"{fp.get('cpu', '?')} ({cores}); GPU: {', '.join(fp.get('gpus') or ['none'])}; {fp.get('os', '?')}; "
+    jetson = jetson_line(fp)
+    return (f"{fp.get('cpu', '?')} ({cores}); GPU: {', '.join(fp.get('gpus') or ['none'])}; "
+            + (f"{jetson}; " if jetson else "") + f"{fp.get('os', '?')}; "
             f"Python {fp.get('python', '?')}; threads {threads}" + (f"; {libs}" if libs else "")
             + (f"; measured {fp['timestamp']}" if fp.get("timestamp") else ""))
 
@@ -287,13 +409,27 @@ def _settings_line(settings: dict) -> str:
             f"Mode: {settings.get('mode', '?')}.")
 
 
+def baseline_lines(comparison: dict) -> list[str]:
+    """The comparison with `bench --baseline` in words: the rule, each slower row, each row that
+    could not be compared and why (plain text: Markdown list items and terminal lines alike)."""
+    lines = [f"Compared with {comparison['path']}: {len(comparison['compared'])} rows, "
+             f"{len(comparison['regressions'])} slower beyond the threshold ({comparison['rule']})."]
+    from .regression import slower
+
+    lines += [f"slower: {slower(c)}" for c in comparison["regressions"]]
+    side = {"now": "", "baseline": " (baseline)"}
+    lines += [f"not compared: {u['row']}{side[u['side']]}: {u['reason']}" for u in comparison["unmatched"]]
+    return lines
+
+
 def write_markdown(report: dict, path: Path) -> None:
     lines = [f"# vitexport bench: {report.get('model') or ''}".rstrip(), ""]
     if report.get("sources"):
         lines += ["Machines:", ""]
         for src in report["sources"]:
             rates = [f"{name} GEMM {r['gflops']:.0f} GFLOP/s" for name, r in
-                     (("CPU", src.get("roofline")), ("GPU", src.get("roofline_cuda"))) if r and r.get("gflops")]
+                     (("CPU", src.get("roofline")), ("CPU int8", src.get("roofline_int8")),
+                      ("GPU", src.get("roofline_cuda"))) if r and r.get("gflops")]
             lines.append(f"- **{src['label']}** ({Path(src['path']).name}): "
                          f"{_machine_line(src.get('fingerprint') or {}, src.get('settings'))}"
                          + "".join(f"; {r}" for r in rates))
@@ -309,6 +445,9 @@ def write_markdown(report: dict, path: Path) -> None:
         lines += [f"## Batch {batch}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in next(body)) + " |" for _ in group]
         lines.append("")
+    if report.get("baseline"):
+        first, *rest = baseline_lines(report["baseline"])
+        lines += ["## Against the baseline", "", first, ""] + [f"- {line}" for line in rest] + ([""] if rest else [])
     ranking_ = report.get("ranking")
     if ranking_:
         lines += ["## Ranking (p50, fastest first, within each batch size)", ""]
@@ -319,6 +458,10 @@ def write_markdown(report: dict, path: Path) -> None:
         lines += [f"Roofline: ONNX Runtime runs one {roof['n']}³ float32 MatMul at {roof['gflops']:.0f} GFLOP/s on "
                   f"this machine's CPU (median run {roof.get('gflops_median', roof['gflops']):.0f}); "
                   f"\"of GEMM\" is model GFLOP × images/s divided by the rate of the processor a row ran on.", ""]
+    int8 = report.get("roofline_int8")
+    if int8:
+        lines += [f"int8 roofline: the same MatMul with int8 weights (dynamic quantisation, as `--precision int8`) "
+                  f"runs at {int8['gflops']:.0f} GOP/s; int8 rows are measured against it.", ""]
     if cuda:
         lines += [f"GPU roofline: torch.matmul, {cuda['n']}³ {cuda.get('dtype', 'float32')}, reaches "
                   f"{cuda['gflops']:.0f} GFLOP/s on {cuda.get('device', 'the GPU')}.", ""]
@@ -335,6 +478,7 @@ def write_plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     groups = by_batch(report["results"]) or [(None, [])]
+    roof = next(c for c in COLUMNS if c.key == "roofline")  # notes the GEMM share as the tables do
     sizes = [max(len(g), 1) for _, g in groups]
     fig, axes = plt.subplots(len(groups), 2, figsize=(13, 1.3 * len(groups) + 0.45 * sum(sizes) + 0.6),
                              squeeze=False, gridspec_kw={"height_ratios": [n + 2 for n in sizes]})
@@ -350,7 +494,7 @@ def write_plot(report: dict, path: Path) -> None:
         ips_top = max([r.get("throughput_ips") or 0 for r in ok] or [1.0])
         for y, r in zip(ys, group):
             if not r.get("available"):
-                note = _shorten(f"unavailable: {r.get('reason') or 'unknown'}", 60)
+                note = _shorten(_unavailable_note(r), 60)
                 for ax in (lat_ax, ips_ax):
                     ax.text(0.01, y, note, va="center", color="0.4", fontsize=8,
                             transform=ax.get_yaxis_transform())
@@ -366,8 +510,8 @@ def write_plot(report: dict, path: Path) -> None:
                             color=color)
             ips = r.get("throughput_ips") or 0
             ips_ax.barh(y, ips, color="#55a868", height=0.6)
-            frac = roofline_fraction(r)
-            note = f"{ips:.3g}/s" + (f", {frac:.0%} of GEMM" if isinstance(frac, float) and math.isfinite(frac) else "")
+            share = roof.value(r)
+            note = f"{ips:.3g}/s" + (f", {roof.fmt(share)} {roof.markdown}" if share is not None else "")
             ips_ax.annotate(note, (ips, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
         lat_ax.set_yticks(ys, labels)
         ips_ax.set_yticks(ys, [""] * len(ys))
@@ -438,7 +582,7 @@ def merge(paths: list[Path]) -> dict:
     for path, report, label in zip(paths, reports, labels):
         sources.append({"label": label, "path": str(path), "fingerprint": report.get("fingerprint"),
                         "settings": report.get("settings"), "roofline": report.get("roofline"),
-                        "roofline_cuda": report.get("roofline_cuda")})
+                        "roofline_int8": report.get("roofline_int8"), "roofline_cuda": report.get("roofline_cuda")})
         for r in report["results"]:
             # A row from an already merged report keeps the machine it was measured on.
             results.append({**r, "device_label": r.get("device_label") or label,

@@ -1,19 +1,119 @@
-"""The JSON written next to every artifact: everything needed to re-verify it later."""
+"""The JSON written next to every artifact (`NAME.EXT.json`): its `ArtifactRecord`, which holds
+everything needed to verify or benchmark the artifact later, on this machine or another.
+
+Schema 2; sidecars of schema 1 are read too (their `export_options` became `options`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
-from datetime import datetime, timezone
-from importlib import metadata
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .environment import now, sha256_file, write_atomic
 from .errors import UsageError
+from .parity import ParityReport
 
-SCHEMA = "vitexport.sidecar/1"
-TOOLS = ("vitexport", "torch", "torchvision", "timm", "onnx", "onnxruntime", "onnxruntime-gpu", "onnxscript",
-         "coremltools", "tensorrt", "tensorrt-rtx-cu12-bindings", "numpy")
+SCHEMA = "vitexport.sidecar/2"
+READABLE = ("vitexport.sidecar/1", SCHEMA)
+# What a record's `status` says: checked and matching, checked and not matching (kept for inspection,
+# never under the name users deploy), built but not runnable here, or not checked at all.
+STATUSES = ("verified", "FAILED", "not-checked-here", "unverified")
+
+
+@dataclass
+class SourceRecord:
+    """The model an artifact was made from, as `vitexport.sources.load` can rebuild it."""
+
+    spec: dict[str, Any]  # SourceSpec.to_dict()
+    kind: str
+    config: dict[str, Any] | None
+    weights_sha256: str | None
+    input_shape: list[int]
+    preprocessing: dict[str, Any]
+    notes: list[str] = field(default_factory=list)  # what vitexport chose or changed to load and export it
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def model(self) -> str:
+        return self.spec["model"]
+
+
+@dataclass
+class ArtifactRecord:
+    backend: str
+    artifact: str  # the artifact's file name, beside its sidecar
+    source: SourceRecord
+    seed: int
+    precision: str
+    input_names: list[str]
+    output_names: list[str]
+    input_shape: list  # ["batch", C, H, W] when the batch is dynamic
+    dynamic_batch: bool
+    options: dict[str, Any]  # asdict() of the backend's Options
+    info: dict[str, Any]  # backend facts, read back only by the backend that wrote them
+    tools: dict[str, str] = field(default_factory=dict)
+    created: str = field(default_factory=now)
+    parity: ParityReport | None = None
+    provider: str | None = None
+    status: str = "unverified"
+    artifact_sha256: str | None = None
+    files: list[str] = field(default_factory=list)  # other files the artifact consists of (external data)
+    upstream: dict[str, Any] | None = None  # {"artifact", "sha256"} of the artifact it was built from
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "schema"}
+        d["source"] = self.source.to_dict()
+        d["parity"] = self.parity.to_dict() if self.parity is not None else None
+        return {"schema": SCHEMA, **d}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ArtifactRecord":
+        d = dict(d)
+        if d.get("schema") == "vitexport.sidecar/1":
+            d["options"] = d.pop("export_options", {}) or {}
+            d["files"] = [d["info"]["external_data"]] if (d.get("info") or {}).get("external_data") else []
+            passed = (d.get("parity") or {}).get("passed")
+            d["status"] = {True: "verified", False: "FAILED"}.get(passed, "unverified")
+        known = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
+        _check_types(d)
+        d["source"] = SourceRecord(**d["source"])
+        d["parity"] = ParityReport.from_dict(d["parity"]) if d.get("parity") else None
+        d["schema"] = SCHEMA
+        return cls(**d)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "verified"
+
+
+# Field -> type a readable sidecar holds there; anything else is a damaged (or forged) sidecar.
+TYPES = {"backend": str, "artifact": str, "source": dict, "seed": int, "precision": str, "input_names": list,
+         "output_names": list, "input_shape": list, "dynamic_batch": bool, "options": dict, "info": dict,
+         "tools": dict, "files": list, "status": str}
+
+
+def _check_types(d: dict[str, Any]) -> None:
+    for key, kind in TYPES.items():
+        if key in d and not isinstance(d[key], kind):
+            raise ValueError(f"{key} should be a {kind.__name__}, not {type(d[key]).__name__}")
+    for key in ("input_names", "output_names"):
+        if not d.get(key) or not all(isinstance(n, str) for n in d[key]):
+            raise ValueError(f"{key} should list names")
+    if not isinstance(d["source"].get("spec"), dict) or not isinstance(d["source"]["spec"].get("model"), str):
+        raise ValueError("source.spec.model is missing")
+    notes = d["source"].get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise ValueError("source.notes should list sentences")
+    for name in d.get("files", []):
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"files should name files beside the artifact, not {name!r}")
 
 
 def path_for(artifact: Path) -> Path:
@@ -21,28 +121,12 @@ def path_for(artifact: Path) -> Path:
     return artifact.with_name(artifact.name + ".json")
 
 
-def tool_versions() -> dict[str, str]:
-    found = {}
-    for name in TOOLS:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return found
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def write(path: Path, record: dict[str, Any]) -> None:
+def write(path: Path, record: ArtifactRecord) -> None:
     """Write atomically so a crash never leaves a truncated sidecar."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"schema": SCHEMA, **record}, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(record.to_dict(), indent=2, default=str) + "\n")
 
 
-def read(artifact: Path) -> dict[str, Any]:
+def read(artifact: Path) -> ArtifactRecord:
     artifact = Path(artifact)
     if not artifact.exists():
         raise UsageError(f"artifact not found: {artifact}")
@@ -50,19 +134,21 @@ def read(artifact: Path) -> dict[str, Any]:
     if not side.is_file():
         raise UsageError(f"no sidecar {side.name} next to {artifact.name}: cannot tell what to verify against")
     try:
-        record = json.loads(side.read_text())
-    except json.JSONDecodeError as e:
-        raise UsageError(f"sidecar {side} is not valid JSON: {e}") from None
-    if record.get("schema") != SCHEMA:
-        raise UsageError(f"sidecar {side} has schema {record.get('schema')!r}, expected {SCHEMA}")
-    return record
+        data = json.loads(side.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UsageError(f"sidecar {side} is not readable JSON: {e}") from None
+    if not isinstance(data, dict) or data.get("schema") not in READABLE:
+        schema = data.get("schema") if isinstance(data, dict) else None
+        raise UsageError(f"sidecar {side} has schema {schema!r}, expected {SCHEMA}")
+    try:
+        return ArtifactRecord.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise UsageError(f"sidecar {side} is damaged or incomplete ({type(e).__name__}: {e})") from None
 
 
 def digest(artifact: Path, extra_files: list[Path] = ()) -> str:
-    """sha256 over an artifact: a file, or every file of a package directory, plus external data."""
+    """sha256 over an artifact: a file, or every file of a package directory, plus other files."""
     import hashlib
-
-    from .sources import sha256_file
 
     artifact = Path(artifact)
     files = sorted(p for p in artifact.rglob("*") if p.is_file()) if artifact.is_dir() else [artifact]

@@ -1,8 +1,9 @@
 """Resolve a model spec into an eval-mode nn.Module with a known input shape.
 
-Specs: a preset name (`tiny`), `torchvision:NAME`, `timm:NAME`, `path/to/file.py:factory`,
-`pkg.module:factory`. Weights come from .safetensors or a torch checkpoint loaded with
-`weights_only=True`; pickles are refused unless the user allows them.
+Specs: a preset name (`tiny`), `torchvision:NAME`, `timm:NAME`, `hf:DIR` (a Hugging Face
+`save_pretrained` directory, see vitexport.hf), `path/to/file.py:factory`, `pkg.module:factory`.
+Weights come from .safetensors or a torch checkpoint loaded with `weights_only=True`; pickles are
+refused unless the user allows them.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import configs
+from .environment import sha256_file, total_memory_bytes
 from .errors import ConfigError, SourceError, WeightsError
+
+if TYPE_CHECKING:
+    from .sidecar import SourceRecord
 
 
 @dataclass
@@ -53,20 +58,40 @@ class LoadedModel:
     model: Any  # torch.nn.Module in eval mode
     input_shape: tuple[int, int, int, int]  # (N, C, H, W); N is the static batch
     name: str  # file-name friendly
-    kind: str  # preset | torchvision | timm | file | module
+    kind: str  # preset | torchvision | timm | hf | file | module
     config: configs.ViTConfig | None = None
     weights_sha256: str | None = None
     preprocessing: dict[str, Any] = field(default_factory=dict)
+    output_names: list[str] | None = None  # a model with several outputs names them; else --output-name
+    weights_file: str | None = None  # the file weights_sha256 is of
+    notes: list[str] = field(default_factory=list)  # what vitexport chose or changed to load and export it
 
-    def describe(self) -> dict:
-        return {
-            "spec": self.spec.to_dict(),
-            "kind": self.kind,
-            "config": self.config.to_dict() if self.config else None,
-            "weights_sha256": self.weights_sha256,
-            "input_shape": list(self.input_shape),
-            "preprocessing": self.preprocessing,
-        }
+    def describe(self) -> "SourceRecord":
+        from .sidecar import SourceRecord
+
+        return SourceRecord(spec=self.spec.to_dict(), kind=self.kind,
+                            config=self.config.to_dict() if self.config else None,
+                            weights_sha256=self.weights_sha256, input_shape=list(self.input_shape),
+                            preprocessing=self.preprocessing, notes=list(self.notes))
+
+
+@dataclass
+class Built:
+    """What a spec's builder hands to `load`, which finishes every kind of model the same way."""
+
+    model: Any  # torch.nn.Module
+    config: configs.ViTConfig | None = None
+    input_shape: tuple[int, ...] | None = None
+    preprocessing: dict[str, Any] | None = None
+    name: str | None = None  # base of the artifact's name (default: the spec after its prefix)
+    weights_sha256: str | None = None  # weights the builder read itself (a Hugging Face directory's)
+    weights_file: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# Largest input a model of the user's own is given: beyond these, a typo would exhaust memory.
+MAX_INPUT = {"N": 4096, "C": 64, "H": 16384, "W": 16384}
+CHECK_BATCH = 8  # the largest batch a check runs by default: what a preset's memory estimate assumes
 
 
 def parse_input_shape(text: str) -> tuple[int, int, int, int]:
@@ -76,15 +101,10 @@ def parse_input_shape(text: str) -> tuple[int, int, int, int]:
         raise SourceError(f"--input-shape expects N,C,H,W integers, got {text!r}") from None
     if len(dims) != 4 or min(dims) <= 0:
         raise SourceError(f"--input-shape expects four positive integers N,C,H,W, got {text!r}")
+    for (axis, limit), value in zip(MAX_INPUT.items(), dims):
+        if value > limit:
+            raise SourceError(f"--input-shape {axis}={value} is above {limit}; is it a typo?")
     return dims  # type: ignore[return-value]
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @contextlib.contextmanager
@@ -107,12 +127,15 @@ def load(spec: SourceSpec) -> LoadedModel:
     kind = _kind_of(spec.model)
     if spec.overrides and kind != "preset":
         raise ConfigError("--set applies to presets only; configure your own model in its factory")
+    if spec.weights and kind == "hf":
+        raise SourceError("--weights does not apply to hf: models; their weights are the directory's model.safetensors")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
-        model, cfg, default_shape, preprocessing = _BUILDERS[kind](spec)
+        built = _BUILDERS[kind](spec)
+    model, cfg, preprocessing, notes = built.model, built.config, built.preprocessing, list(built.notes)
     if not isinstance(model, torch.nn.Module):
         raise SourceError(f"{spec.model} returned {type(model).__name__}, not a torch.nn.Module")
-    shape = spec.input_shape or default_shape or _shape_from_module(model)
+    shape = spec.input_shape or built.input_shape or _shape_from_module(model)
     if shape is None:
         raise SourceError(f"cannot tell the input shape of {spec.model}: pass --input-shape N,C,H,W "
                           "or give the module an `input_shape` attribute")
@@ -124,26 +147,66 @@ def load(spec: SourceSpec) -> LoadedModel:
                           f"{cfg.in_chans}x{cfg.image_hw[0]}x{cfg.image_hw[1]} input; use --set image_size=... instead")
     model.eval()
     _materialise_lazy(model, shape)
-    digest = None
+    digest, weights_file = built.weights_sha256, built.weights_file
     if spec.weights:
-        digest = _load_weights(model, Path(spec.weights), spec.allow_pickle)
+        digest, note = _load_weights(model, Path(spec.weights), spec.allow_pickle)
+        weights_file = spec.weights
+        notes += [note] if note else []
     elif kind == "torchvision":
         _seed_zero_heads(model, spec.seed)
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    name = cfg.name if kind == "preset" else re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.model.split(":")[-1]).strip("_.")
+    base = built.name or (cfg.name if kind == "preset" else spec.model.split(":")[-1])
+    name = artifact_stem(spec, base, seeded=digest is None)
     if preprocessing is None:
         preprocessing = {"mean": list(configs.IMAGENET_MEAN), "std": list(configs.IMAGENET_STD)}
     preprocessing.setdefault("size", list(shape[2:]))
-    return LoadedModel(spec, model, shape, name or "model", kind, cfg, digest, preprocessing)
+    return LoadedModel(spec, model, shape, name, kind, cfg, digest, preprocessing, _output_names(model, spec),
+                       weights_file, notes)
+
+
+def artifact_stem(spec: SourceSpec, base: str, seeded: bool = True) -> str:
+    """A file-name stem that tells exports of different models apart: the model's name, then each
+    --set override and, for seeded random weights (`seeded`), the seed (`tiny-depth2-seed3`)."""
+    parts = [base] + [f"{key}{_plain(value)}" for key, value in sorted(spec.overrides.items())]
+    if spec.seed and seeded and not spec.weights:
+        parts.append(f"seed{spec.seed}")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts)).strip("_.-") or "model"
+
+
+def _plain(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return "x".join(_plain(v) for v in value)
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def weights_identity(spec: SourceSpec) -> tuple[str, str] | None:
+    """(file, sha256) of the weights a spec reads, found without building the model, so `verify` can
+    tell changed weights from a changed artifact; None for seeded random weights."""
+    if spec.weights:
+        path = Path(spec.weights)
+        if not path.is_file():
+            raise WeightsError(f"the weights recorded in the sidecar are gone: {path}")
+        return str(path), sha256_file(path)
+    if _kind_of(spec.model) == "hf":
+        from .hf.files import weights_identity as hf_weights
+
+        return hf_weights(spec.model.partition(":")[2])
+    return None
+
+
+def runs_user_code(model: str) -> bool:
+    """Whether building `model` imports Python code outside vitexport and the libraries it names
+    (a file.py:factory or pkg.module:factory spec)."""
+    return _kind_of(model) in ("file", "module")
 
 
 def _kind_of(model: str) -> str:
     if ":" not in model:
         return "preset"
     prefix, _, rest = model.partition(":")
-    if prefix in ("torchvision", "timm"):
+    if prefix in ("torchvision", "timm", "hf"):
         return prefix
     if not rest:
         raise SourceError(f"model spec {model!r} lacks a factory name after ':'")
@@ -156,8 +219,9 @@ def _build_preset(spec: SourceSpec):
     cfg = configs.get_preset(spec.model)
     if spec.overrides:
         cfg = cfg.replace(**spec.overrides)
+    configs.check_fits(cfg, total_memory_bytes(), batch=CHECK_BATCH)
     preprocessing = {"mean": list(cfg.mean), "std": list(cfg.std)}
-    return vit.VisionTransformer(cfg), cfg, cfg.input_shape, preprocessing
+    return Built(vit.VisionTransformer(cfg), cfg, cfg.input_shape, preprocessing)
 
 
 def _build_torchvision(spec: SourceSpec):
@@ -169,14 +233,14 @@ def _build_torchvision(spec: SourceSpec):
         raise SourceError(f"unknown torchvision ViT {name!r} (known: {', '.join(builders)})")
     model = models.get_model(name, weights=None)
     size = getattr(model, "image_size", 224)
-    return model, None, (1, 3, size, size), None
+    return Built(model, input_shape=(1, 3, size, size))
 
 
 def _build_timm(spec: SourceSpec):
     try:
         import timm
     except ImportError:
-        raise SourceError("timm models need timm: pip install timm") from None
+        raise SourceError("timm: models need timm: pip install 'vitexport[timm]'") from None
     name = spec.model.partition(":")[2]
     try:
         model = timm.create_model(name, pretrained=False)
@@ -188,7 +252,13 @@ def _build_timm(spec: SourceSpec):
     if data_cfg.get("mean") and data_cfg.get("std"):
         preprocessing = {"mean": list(data_cfg["mean"]), "std": list(data_cfg["std"]),
                          "interpolation": data_cfg.get("interpolation"), "crop_pct": data_cfg.get("crop_pct")}
-    return model, None, shape, preprocessing
+    return Built(model, input_shape=shape, preprocessing=preprocessing)
+
+
+def _build_hf(spec: SourceSpec):
+    from .hf.model import build
+
+    return build(spec)
 
 
 def _build_file(spec: SourceSpec):
@@ -225,10 +295,10 @@ def _call_factory(module, factory: str, spec_text: str):
     except Exception as e:
         raise SourceError(f"{spec_text}: factory raised {type(e).__name__}: {e}") from None
     preprocessing = getattr(model, "preprocessing", None)
-    return model, None, None, dict(preprocessing) if preprocessing else None
+    return Built(model, preprocessing=dict(preprocessing) if preprocessing else None)
 
 
-_BUILDERS = {"preset": _build_preset, "torchvision": _build_torchvision, "timm": _build_timm,
+_BUILDERS = {"preset": _build_preset, "torchvision": _build_torchvision, "timm": _build_timm, "hf": _build_hf,
              "file": _build_file, "module": _build_module}
 
 
@@ -239,6 +309,17 @@ def _shape_from_module(model) -> tuple[int, ...] | None:
         return tuple(shape)
     cfg = getattr(model, "pretrained_cfg", None) or {}
     return tuple(cfg["input_size"]) if "input_size" in cfg else None
+
+
+def _output_names(model, spec: SourceSpec) -> list[str] | None:
+    """A model with several outputs says what they are called with an `output_names` attribute."""
+    names = getattr(model, "output_names", None)
+    if names is None:
+        return None
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) and n for n in names) \
+            or len(set(names)) != len(names):
+        raise SourceError(f"{spec.model}: output_names must be a list of distinct non-empty strings, got {names!r}")
+    return list(names)
 
 
 def _materialise_lazy(model, shape) -> None:
@@ -296,18 +377,55 @@ def read_state_dict(path: Path, allow_pickle: bool) -> dict:
     return obj
 
 
-def _load_weights(model, path: Path, allow_pickle: bool) -> str:
+# Training wrappers put these before every key: DistributedDataParallel `module.`, Lightning and EMA
+# wrappers `model.`. Official torchvision and timm files carry neither.
+WRAPPER_PREFIXES = ("module.", "model.")
+
+
+def _load_weights(model, path: Path, allow_pickle: bool) -> tuple[str, str | None]:
+    """Load a checkpoint whose keys fit the model exactly, or do so once a training wrapper's prefix
+    is removed; return its sha256 and a note saying when the prefix was removed."""
     state = read_state_dict(path, allow_pickle)
+    problems = _load_fitting(model, state)
+    if not problems:
+        return sha256_file(path), None
+    for prefix in WRAPPER_PREFIXES:
+        if state and all(k.startswith(prefix) for k in state) and not _load_fitting(model, _strip(state, prefix)):
+            return sha256_file(path), (f"weights {path.name}: every key began with '{prefix}' (a training "
+                                       "wrapper's prefix); removed it, and then every key fit the model")
+    raise WeightsError(f"weights {path.name} do not fit the model; " + "; ".join(problems))
+
+
+def _load_fitting(model, state: dict) -> list[str]:
+    """Load `state` into `model` if every key fits; else say which do not (a partial load is left
+    behind, which the caller discards or overwrites). Missing and unexpected keys are judged by the
+    model's own load hooks, so a layout the model still accepts fits: torchvision renames the MLP keys
+    of its pre-0.14 releases (`mlp.linear_1` -> `mlp.0`), which the official ViT checkpoints use."""
     own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    mismatched = sorted(k for k in set(own) & set(state) if tuple(own[k].shape) != tuple(state[k].shape))
+    mismatched = sorted(k for k in own.keys() & state.keys() if tuple(own[k].shape) != tuple(state[k].shape))
+    fitting = type(state)((k, v) for k, v in state.items() if k not in mismatched)
+    if hasattr(state, "_metadata"):  # per-module versions, which the load hooks read
+        fitting._metadata = state._metadata
+    try:
+        result = model.load_state_dict(fitting, strict=False)
+    except RuntimeError as e:  # a key renamed by a hook has the wrong shape; torch names it
+        lines = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
+        return [f"shape mismatch: {lines[0] if lines else str(e).splitlines()[0]}"]
     problems = []
-    for label, keys in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", mismatched)):
+    for label, keys in (("missing", sorted(set(result.missing_keys) - set(mismatched))),
+                        ("unexpected", sorted(result.unexpected_keys)), ("shape mismatch", mismatched)):
         if keys:
             shown = ", ".join(keys[:5]) + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else "")
             problems.append(f"{label}: {shown}")
-    if problems:
-        raise WeightsError(f"weights {path.name} do not fit the model; " + "; ".join(problems))
-    model.load_state_dict(state, strict=True)
-    return sha256_file(path)
+    return problems
+
+
+def _strip(state: dict, prefix: str) -> dict:
+    """`state` without `prefix` on its keys, its per-module metadata renamed alike."""
+    stripped = type(state)((k[len(prefix):], v) for k, v in state.items())
+    metadata = getattr(state, "_metadata", None)
+    if metadata is not None:
+        stripped._metadata = type(metadata)(
+            ("" if k == prefix[:-1] else k[len(prefix):] if k.startswith(prefix) else k, v)
+            for k, v in metadata.items())
+    return stripped

@@ -17,7 +17,8 @@ WIDTH, DEPTH = 64, 2
 
 
 class StockViT(nn.Module):
-    """Stock layers: conv patchify, nn.MultiheadAttention(batch_first=True), ReLU MLP, class token, learned positions."""
+    """Stock layers: conv patchify, nn.MultiheadAttention(batch_first=True), ReLU MLP, class token, learned
+    positions."""
 
     input_shape = (1, 3, 64, 64)
 
@@ -171,6 +172,26 @@ class WideViT(nn.Module):
         return self.head(t.mean(1))
 
 
+class TwoOutputViT(nn.Module):
+    """Two outputs, as retrieval and distillation models have: class logits and the pooled embedding.
+    The `output_names` attribute names them (every artifact keeps the names; every output is checked)."""
+
+    input_shape = (1, 3, 32, 32)
+    output_names = ["logits", "embedding"]
+
+    def __init__(self, patch=8, classes=5):
+        super().__init__()
+        self.patchify = nn.Conv2d(3, WIDTH, patch, stride=patch)
+        self.block = nn.TransformerEncoderLayer(WIDTH, 4, 2 * WIDTH, dropout=0.0, batch_first=True, norm_first=True)
+        self.norm = nn.LayerNorm(WIDTH)
+        self.head = nn.Linear(WIDTH, classes)
+
+    def forward(self, x):
+        t = self.block(self.patchify(x).flatten(2).transpose(1, 2))  # (n, c, 4, 4) -> (n, 16, c)
+        embedding = self.norm(t.mean(1))
+        return self.head(embedding), embedding
+
+
 def stock_vit() -> nn.Module:
     return StockViT()
 
@@ -189,3 +210,7 @@ def einops_vit() -> nn.Module:
 
 def wide_vit() -> nn.Module:
     return WideViT()
+
+
+def two_output_vit() -> nn.Module:
+    return TwoOutputViT()

@@ -1,25 +1,50 @@
-"""Backend registry: name -> module. Modules are imported on first use so the CLI starts fast."""
+"""Backend registry: name -> package. Adding a backend is one line here (see backends/base.py for
+what its package provides). Packages are imported on first use and their `__init__` stays light,
+so the CLI can list every backend without importing torch."""
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 
-# name -> module path; each module exposes a `BACKEND` object following backends.base.Backend.
+if TYPE_CHECKING:
+    from .base import Backend, BenchTarget
+
 REGISTRY: dict[str, str] = {
     "torch": "vitexport.backends.eager",
     "torchscript": "vitexport.backends.torchscript",
     "onnx": "vitexport.backends.onnx",
     "coreml": "vitexport.backends.coreml",
     "tensorrt": "vitexport.backends.tensorrt",
+    "executorch": "vitexport.backends.executorch",
 }
 
 
-def get(name: str):
+def register(name: str, module: str) -> None:
+    """Add a backend at run time (a plugin, or a test's fake backend)."""
+    REGISTRY[name] = module
+
+
+def get(name: str) -> "Backend":
     if name not in REGISTRY:
         raise UsageError(f"unknown backend {name!r} (known: {', '.join(REGISTRY)})")
     return importlib.import_module(REGISTRY[name]).BACKEND
+
+
+def all_backends() -> list["Backend"]:
+    return [get(name) for name in REGISTRY]
+
+
+def exporters() -> list["Backend"]:
+    """Backends that write an artifact (every one but the eager reference)."""
+    return [be for be in all_backends() if be.exports]
+
+
+def bench_targets() -> dict[str, "BenchTarget"]:
+    """Every backend's bench targets by name ("torch", "onnxruntime-cuda", ...)."""
+    return {t.name: t for be in all_backends() for t in be.bench_targets()}
 
 
 def for_artifact(path) -> str:
@@ -27,7 +52,7 @@ def for_artifact(path) -> str:
     from pathlib import Path
 
     suffix = Path(path).suffix
-    for name in REGISTRY:
-        if get(name).suffix == suffix:
-            return name
+    for be in exporters():
+        if be.suffix == suffix:
+            return be.name
     raise UsageError(f"no backend handles {suffix or 'suffix-less'} files ({path})")

@@ -1,23 +1,113 @@
-"""What every backend module provides.
+"""What every backend provides: the spec a new backend implements.
 
-A backend turns a resolved PyTorch model (or another backend's artifact) into a file on disk,
-and loads such a file into a Runner. Export and run are separate so an artifact built on one
-machine can be verified or benchmarked on another.
+A backend is a package under vitexport/backends/ whose `__init__.py` defines `BACKEND`, an instance
+of a `Backend` subclass, plus one line in the registry (backends/__init__.py). From those the CLI
+builds its command and flags, the export pipeline exports, verifies and publishes, `bench` finds
+its targets, and records and fingerprints list its libraries: nothing else changes.
+
+The package's `__init__.py` stays light (standard library and this module only): the CLI imports
+every backend to build its commands, and `vitexport --help` must not pay for torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
+from ..errors import UsageError
+from ..options import check_fields, option
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..checks import Divergence, Finding
+    from ..parity import Tolerance
+    from ..record import ArtifactRecord
+    from ..sources import LoadedModel
+
+DEFAULT_MAX_BATCH = 8  # the largest batch a dynamic-batch artifact is checked at unless told otherwise
 
 
 @dataclass(frozen=True)
 class Availability:
     ok: bool
-    reason: str = ""
+    reason: str = ""  # why not; when ok, optionally how (the library or device that does it)
+
+
+@dataclass
+class Diagnosis:
+    """What `vitexport doctor` says about a backend beyond can-export and can-run: `notes` for
+    people (what works only in part here, and why), `facts` for --json (versions, providers that
+    really load, ...)."""
+
+    notes: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Options every export shares; each backend's `Options` subclass adds its own fields."""
+
+    dynamic_batch: bool = option(False, "Make the batch dimension dynamic.")
+    max_batch: int | None = option(None, "Largest batch a dynamic-batch artifact is built for and checked at "
+                                         f"(default {DEFAULT_MAX_BATCH}).", minimum=1, maximum=4096)
+    input_name: str = option("pixel_values", "Name of the model input.")
+    output_name: str = option("logits", "Name of the model output.")
+
+    def validate(self) -> None:
+        """Raise UsageError naming the flag for anything no export could honour."""
+        check_fields(self)
+        for flag, name in (("--input-name", self.input_name), ("--output-name", self.output_name)):
+            if not name or not name.isprintable() or name != name.strip():
+                raise UsageError(f"{flag} must be a non-empty name without control characters, got {name!r}")
+        if self.input_name == self.output_name:
+            raise UsageError("--input-name and --output-name must differ")
+        self.check()
+
+    def check(self) -> None:
+        """Rules across a backend's own fields (override)."""
+
+    @property
+    def check_max_batch(self) -> int:
+        return self.max_batch or DEFAULT_MAX_BATCH
+
+    def common(self) -> dict[str, Any]:
+        """The shared fields, to build another backend's options from these (an upstream export)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(ExportOptions)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the sidecar records it (JSON: tuples become lists), so a record compares equal to a request."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run an artifact (verification or a benchmark): what the caller may choose at run time."""
+
+    threads: int | None = None
+    providers: tuple[str, ...] = ()  # ONNX Runtime execution providers, first preferred
+    allow_fallback: bool = True  # accept the provider a runtime falls back to (recorded either way)
+    device: str = "cpu"  # torch device for the eager runner
+    compute_units: str = "ALL"  # Core ML on macOS
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    """One row kind of `vitexport bench`: a backend run a particular way."""
+
+    name: str  # "onnxruntime-cuda"
+    backend: str  # the backend that runs it
+    run: RunOptions = RunOptions()
+    needs_artifact: bool = True  # False: runs the source model itself (torch)
+
+
+def output_names(loaded: "LoadedModel", options: ExportOptions) -> list[str]:
+    """The names an artifact gives the model's outputs: the model's own when it has several
+    (a headless transformer's last_hidden_state and pooler_output), else --output-name."""
+    return list(loaded.output_names) if loaded.output_names else [options.output_name]
 
 
 @dataclass
@@ -30,39 +120,152 @@ class Artifact:
     input_names: list[str] = field(default_factory=lambda: ["pixel_values"])
     output_names: list[str] = field(default_factory=lambda: ["logits"])
     dynamic_batch: bool = False
-    info: dict[str, Any] = field(default_factory=dict)  # opset, exporter, versions, ...
+    info: dict[str, Any] = field(default_factory=dict)  # read back only by the backend that wrote it
 
 
-class Runner(Protocol):
-    """Owns a session/engine/buffers; ``run`` blocks and returns host arrays."""
+@dataclass(frozen=True)
+class Upstream:
+    """The verified artifact a `builds_from` backend starts from (e.g. TensorRT from the ONNX)."""
 
-    provider: str  # what actually ran: "CPUExecutionProvider", "torch-cpu", "mil-evaluator", ...
-
-    def __enter__(self) -> "Runner": ...
-
-    def __exit__(self, *exc: object) -> None: ...
-
-    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+    path: Path
+    record: "ArtifactRecord"
+    note: str  # how it came to be: "exported and verified ..." or "reused ..."
 
 
-class Backend(Protocol):
-    name: str  # registry key and CLI command: "onnx", "torchscript", ...
-    suffix: str  # ".onnx", ".pt", ".mlpackage", ".engine"
-    builds_from: str | None  # another backend's name whose artifact this one starts from
+class Runner(ABC):
+    """Runs an artifact. Construction only records what to run; `__enter__` takes the resources
+    (session, engine, buffers) and `__exit__` gives them back, so `with backend.load(...) as r:`
+    owns them exactly for its block. `run` blocks and returns host arrays."""
 
-    def availability(self) -> Availability: ...
+    provider: str = ""  # what actually ran: "CPUExecutionProvider", "torch-cpu", "mil-evaluator", ...
 
-    def load(self, artifact_path: Path, sidecar: dict[str, Any], **options: Any) -> Runner: ...
+    def __enter__(self) -> "Runner":
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @abstractmethod
+    def open(self) -> None:
+        """Take the resources: load the file, create the session."""
+
+    def close(self) -> None:
+        """Give them back."""
+
+    @abstractmethod
+    def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]: ...
 
 
-@dataclass
-class ExportOptions:
-    """Options shared by the exporters; each backend reads the ones it understands."""
+class Backend(ABC):
+    """The spec: class attributes describe the backend; methods with defaults may be overridden."""
 
-    dynamic_batch: bool = False
-    input_name: str = "pixel_values"
-    output_name: str = "logits"
-    opset: int = 17
-    exporter: str = "auto"  # "legacy" (TorchScript-based), "dynamo" (torch.export-based), or auto: legacy then dynamo
-    precision: str = "fp32"
-    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific options
+    name: ClassVar[str]  # registry key and CLI command: "onnx", "torchscript", ...
+    suffix: ClassVar[str]  # ".onnx", ".pt", ".mlpackage", ".engine"
+    summary: ClassVar[str]  # one line for `vitexport --help`
+    Options: ClassVar[type[ExportOptions]] = ExportOptions
+    builds_from: ClassVar[str | None] = None  # another backend whose artifact this one starts from
+    extra: ClassVar[str | None] = None  # `pip install 'vitexport[EXTRA]'` brings its libraries
+    tool_packages: ClassVar[tuple[str, ...]] = ()  # distributions whose versions records and fingerprints list
+    exports: ClassVar[bool] = True  # False for the eager reference, which has no artifact
+    tolerances: ClassVar[dict[str, "Tolerance"]] = {}  # precision labels of its own (e.g. palette6)
+
+    @abstractmethod
+    def availability(self) -> Availability:
+        """Whether this machine can export (build) the artifact, and if not why."""
+
+    def runs_here(self) -> Availability:
+        """Whether this machine can run the artifact (an engine built here may need a GPU elsewhere)."""
+        return self.availability()
+
+    def diagnose(self) -> Diagnosis:
+        """For `vitexport doctor`: notes and facts about this backend here. Only doctor calls it, so
+        it may import the backend's libraries and try them (create a session, a builder)."""
+        return Diagnosis()
+
+    def runs_here_for(self, record: "ArtifactRecord") -> Availability:
+        """Whether this machine can check this particular artifact: one backend's artifacts may differ
+        in what runs them (a program delegated to Apple's Core ML cannot run on Linux)."""
+        return self.runs_here()
+
+    @abstractmethod
+    def export(self, loaded: "LoadedModel", options: ExportOptions, out_path: Path,
+               upstream: Upstream | None = None) -> Artifact:
+        """Write the artifact at `out_path` (inside a staging folder). `upstream` is given when
+        `builds_from` is set: the verified artifact to build from."""
+
+    @abstractmethod
+    def load(self, path: Path | None, record: "ArtifactRecord", run: RunOptions = RunOptions()) -> Runner:
+        """A Runner for the artifact at `path` described by `record` (not yet entered)."""
+
+    def name_tag(self, options: ExportOptions) -> str:
+        """What the artifact's default name adds to the model's for these options (`-fp16` for a
+        non-default precision), so exports that differ in them never replace each other."""
+        return ""
+
+    def upstream_options(self, options: ExportOptions) -> ExportOptions:
+        """Options for the `builds_from` backend's export (only called when `builds_from` is set)."""
+        raise NotImplementedError(f"{self.name} builds from {self.builds_from} but does not say how")
+
+    def refine(self, loaded: "LoadedModel", options: ExportOptions, path: Path,
+               record: "ArtifactRecord") -> tuple[ExportOptions, str] | None:
+        """The artifact at `path` failed its check: options that keep more of the graph in float, with
+        a note saying what (the accuracy search of reduced precisions), or None when there is nothing
+        left to try. The pipeline exports again with them until the check passes."""
+        return None
+
+    def kept_float(self, options: ExportOptions) -> list[str]:
+        """What these options keep in float beyond the defaults (shown by the accuracy search)."""
+        return []
+
+    def check_batches(self, record: "ArtifactRecord", max_batch: int) -> list[int]:
+        """Batch sizes the artifact is checked at (override for artifacts that take a fixed list)."""
+        from ..inputs import verification_batches
+
+        return verification_batches(tuple(record.source.input_shape), record.dynamic_batch, max_batch)
+
+    def tolerance(self, precision: str) -> "Tolerance":
+        from ..parity import TOLERANCES
+
+        table = {**TOLERANCES, **self.tolerances}
+        if precision not in table:
+            raise UsageError(f"{self.name} has no tolerance profile for precision {precision!r}")
+        return table[precision]
+
+    def lint(self, path: Path, record: "ArtifactRecord") -> list["Finding"]:
+        """Static checks of the artifact for traps parity on a few inputs can miss."""
+        return []
+
+    def localize(self, loaded: "LoadedModel", path: Path, record: "ArtifactRecord", x: "np.ndarray",
+                 tol: "Tolerance") -> "Divergence | None":
+        """Where a divergence starts (first encoder block out of tolerance); None where it cannot tell."""
+        return None
+
+    def candidates(self, target: str, calibration_images: str | None) -> list[tuple[str, ExportOptions]]:
+        """The variants `vitexport optimize` builds, verifies and times for `target` ("cpu", "cuda"),
+        by label; the fastest that passes is published."""
+        return [("default", self.Options(dynamic_batch=True))]
+
+    def bench_options(self, batches: list[int]) -> ExportOptions:
+        """Options of the artifact `vitexport bench` exports to time this backend at `batches`."""
+        return self.Options(dynamic_batch=True, max_batch=max(batches))
+
+    def bench_targets(self) -> list[BenchTarget]:
+        return [BenchTarget(self.name, self.name)]
+
+    def bench_unavailable(self, target: BenchTarget) -> str | None:
+        """Why `target` cannot be timed here; None when it can."""
+        here = self.runs_here()
+        return None if here.ok else here.reason
+
+    def bench_unavailable_for(self, target: BenchTarget, record: "ArtifactRecord") -> str | None:
+        """Why this particular artifact cannot be timed here as `target`; None when it can."""
+        return self.bench_unavailable(target)
+
+    def roofline_basis(self, provider: str | None) -> str | None:
+        """Which measured GEMM rate a row that ran on `provider` compares with: "cpu", "cuda" or None."""
+        return "cpu"
+
+    def files(self, path: Path, record: "ArtifactRecord") -> list[Path]:
+        """Every file the artifact consists of beside `path` itself (external weights, ...)."""
+        return []

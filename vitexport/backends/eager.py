@@ -1,33 +1,39 @@
-"""PyTorch eager: the reference every artifact is compared with."""
+"""PyTorch eager: the reference every artifact is compared with, and the `torch` bench rows."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import numpy as np
+from ..errors import UsageError
+from .base import Availability, Backend, BenchTarget, Diagnosis, RunOptions, Runner
 
-from .base import Availability
+if TYPE_CHECKING:
+    import numpy as np
 
 
-class EagerRunner:
+class EagerRunner(Runner):
     provider = "torch-cpu"
 
-    def __init__(self, model, input_name: str = "pixel_values", output_name: str = "logits", device: str = "cpu"):
-        if device != "cpu":
-            import copy
-
-            model = copy.deepcopy(model).to(device)  # the CPU reference stays where it is
-        self.model, self.input_name, self.output_name, self.device = model, input_name, output_name, device
+    def __init__(self, model, input_name: str = "pixel_values", output_names: str | list[str] = "logits",
+                 device: str = "cpu"):
+        self.source_model, self.input_name, self.device = model, input_name, device
+        self.output_names = [output_names] if isinstance(output_names, str) else list(output_names)
+        self.model = model if device == "cpu" else None
         self.provider = f"torch-{device}"
 
-    def __enter__(self) -> "EagerRunner":
-        return self
+    def open(self) -> None:
+        if self.model is None:
+            import copy
 
-    def __exit__(self, *exc: object) -> None:
-        pass
+            self.model = copy.deepcopy(self.source_model).to(self.device)  # the CPU reference stays where it is
 
-    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def close(self) -> None:
+        if self.device != "cpu":
+            self.model = None
+
+    def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
+        import numpy as np
         import torch
 
         from ..sources import export_mode
@@ -35,28 +41,67 @@ class EagerRunner:
         x = torch.from_numpy(np.ascontiguousarray(feed[self.input_name])).to(self.device)
         with torch.inference_mode(), export_mode():
             y = self.model(x)
-        if isinstance(y, (tuple, list)):
-            y = y[0]
         if self.device != "cpu":
             torch.cuda.synchronize()
-        return {self.output_name: y.detach().float().cpu().numpy()}
+        return named_outputs(y, self.output_names)
 
 
-class EagerBackend:
+def named_outputs(y, names: list[str]) -> dict[str, "np.ndarray"]:
+    """A module's output (one tensor, or a tuple or list of them) as host arrays under `names`.
+    A single name takes the first tensor: ViT forwards that also return extras keep their logits."""
+    ys = list(y) if isinstance(y, (tuple, list)) else [y]
+    if len(names) > 1 and len(ys) != len(names):
+        raise ValueError(f"the model returned {len(ys)} outputs for the names {names}")
+    return {name: t.detach().float().cpu().numpy() for name, t in zip(names, ys)}
+
+
+class EagerBackend(Backend):
     name = "torch"
     suffix = ".torch"  # eager has no artifact of its own; it runs the recorded source
-    builds_from = None
+    summary = "PyTorch eager: the reference, and the torch bench rows."
+    exports = False
 
     def availability(self) -> Availability:
         return Availability(True)
 
-    def load(self, artifact_path: Path, sidecar: dict[str, Any], **options: Any) -> EagerRunner:
+    def export(self, loaded, options, out_path, upstream=None):
+        raise UsageError("PyTorch eager is the reference; it writes no artifact")
+
+    def load(self, path: Path | None, record, run: RunOptions = RunOptions()) -> EagerRunner:
         """Rebuild the model recorded in a sidecar and run it eagerly."""
         from ..sources import SourceSpec, load
 
-        loaded = load(SourceSpec.from_dict(sidecar["source"]["spec"]))
-        return EagerRunner(loaded.model, sidecar["input_names"][0], sidecar["output_names"][0],
-                           options.get("device", "cpu"))
+        loaded = load(SourceSpec.from_dict(record.source.spec))
+        return EagerRunner(loaded.model, record.input_names[0], record.output_names, run.device)
+
+    def diagnose(self) -> Diagnosis:
+        """torch's build (CPU or CUDA) and the devices it sees."""
+        import torch
+
+        cuda = torch.cuda.is_available()
+        devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+        mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+        build = f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU build"
+        seen = ", ".join(devices) if devices else ("no CUDA device visible" if torch.version.cuda else "")
+        notes = [f"torch {torch.__version__} ({build}" + (f"; {seen}" if seen else "") + (", MPS" if mps else "")
+                 + f"), {torch.get_num_threads()} threads"]
+        return Diagnosis(notes, {"torch": torch.__version__, "cuda_build": torch.version.cuda, "cuda_available": cuda,
+                                 "cuda_devices": devices, "mps_available": mps, "threads": torch.get_num_threads()})
+
+    def bench_targets(self) -> list[BenchTarget]:
+        return [BenchTarget("torch", self.name, needs_artifact=False),
+                BenchTarget("torch-cuda", self.name, RunOptions(device="cuda"), needs_artifact=False)]
+
+    def bench_unavailable(self, target: BenchTarget) -> str | None:
+        if target.run.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                return "no CUDA device visible to torch"
+        return None
+
+    def roofline_basis(self, provider: str | None) -> str | None:
+        return "cuda" if provider == "torch-cuda" else "cpu"
 
 
 BACKEND = EagerBackend()

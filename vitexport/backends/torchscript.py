@@ -4,51 +4,53 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..errors import ExportError, RuntimeFailure
-from .base import Artifact, Availability, ExportOptions
+from .base import Artifact, Availability, Backend, ExportOptions, RunOptions, Runner, output_names
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
-class TorchScriptRunner:
+class TorchScriptRunner(Runner):
     provider = "torchscript-cpu"
 
-    def __init__(self, path: Path, input_name: str, output_name: str):
+    def __init__(self, path: Path, input_name: str, output_names: list[str]):
+        self.path, self.input_name, self.output_names = path, input_name, output_names
+        self.module = None
+
+    def open(self) -> None:
         import torch
 
         try:
-            self.module = torch.jit.load(str(path), map_location="cpu").eval()
+            self.module = torch.jit.load(str(self.path), map_location="cpu").eval()
         except Exception as e:
-            raise RuntimeFailure(f"cannot load TorchScript file {path}: {str(e).splitlines()[0]}") from None
-        self.input_name, self.output_name = input_name, output_name
+            raise RuntimeFailure(f"cannot load TorchScript file {self.path}: {str(e).splitlines()[0]}") from None
 
-    def __enter__(self) -> "TorchScriptRunner":
-        return self
+    def close(self) -> None:
+        self.module = None
 
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
+        import numpy as np
         import torch
+
+        from .eager import named_outputs
 
         with torch.inference_mode():
             y = self.module(torch.from_numpy(np.ascontiguousarray(feed[self.input_name])))
-        if isinstance(y, (tuple, list)):
-            y = y[0]
-        return {self.output_name: y.float().numpy()}
+        return named_outputs(y, self.output_names)
 
 
-class TorchScriptBackend:
+class TorchScriptBackend(Backend):
     name = "torchscript"
     suffix = ".pt"
-    builds_from = None
+    summary = "Trace to TorchScript (.pt), reload it and check it against PyTorch."
 
     def availability(self) -> Availability:
         return Availability(True)
 
-    def export(self, loaded, options: ExportOptions, out_path: Path) -> Artifact:
+    def export(self, loaded, options: ExportOptions, out_path: Path, upstream=None) -> Artifact:
         import torch
 
         from ..sources import export_mode
@@ -63,11 +65,12 @@ class TorchScriptBackend:
             traced.save(str(out_path))
         except Exception as e:
             raise ExportError(f"TorchScript trace failed: {type(e).__name__}: {str(e).splitlines()[0]}") from None
-        return Artifact(out_path, self.name, input_names=[options.input_name], output_names=[options.output_name],
-                        dynamic_batch=options.dynamic_batch, info={"trace_batch": batch})
+        return Artifact(out_path, self.name, input_names=[options.input_name],
+                        output_names=output_names(loaded, options), dynamic_batch=options.dynamic_batch,
+                        info={"trace_batch": batch})
 
-    def load(self, artifact_path: Path, sidecar: dict[str, Any], **options: Any) -> TorchScriptRunner:
-        return TorchScriptRunner(artifact_path, sidecar["input_names"][0], sidecar["output_names"][0])
+    def load(self, path: Path | None, record, run: RunOptions = RunOptions()) -> TorchScriptRunner:
+        return TorchScriptRunner(Path(path), record.input_names[0], record.output_names)
 
 
 BACKEND = TorchScriptBackend()

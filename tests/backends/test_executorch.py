@@ -1,0 +1,396 @@
+"""ExecuTorch programs: XNNPACK (fp32, fp16, int8), portable and Core ML delegates, checked in
+ExecuTorch's runtime, or for Core ML off Apple devices through the Core ML program it embeds.
+
+tests/backends/test_exports.py runs every registered backend, this one included, over the presets
+at full depth (tiny, small; base when slow), the preset variants and every zoo model with a dynamic
+batch (1, 3, 8), torchvision's vit_b_16 (slow), custom I/O names and multi-output models. These
+tests cover what is ExecuTorch's own: what the delegate takes, precisions, delegates, bounds,
+threads, damaged files and the missing library.
+"""
+
+import dataclasses
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from vitexport import api, backends, sidecar
+from vitexport.backends.executorch.options import ExecuTorchOptions
+from vitexport.cli import app
+from vitexport.errors import BackendUnavailable, ParityError, RuntimeFailure, UsageError
+from vitexport.sources import SourceSpec
+
+needs_executorch = pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
+                                      reason="executorch is not installed")
+DEPTH1 = SourceSpec("tiny", overrides={"depth": 1})  # lowering time grows with the node count: one block
+IMAGES = ROOT / "samples" / "images"
+
+
+def et(out_dir, spec=DEPTH1, **options):
+    return api.export("executorch", spec, ExecuTorchOptions(**options), out_dir)
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def one_line_error(result, code: int, text: str) -> None:
+    assert result.exit_code == code, (result.exit_code, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert text in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert len([line for line in lines if line.startswith("error:")]) == 1
+
+
+@pytest.fixture(scope="module")
+def fp32_pte(tmp_path_factory):
+    """tiny at depth 1, fp32 XNNPACK, fixed batch 1: shared by the tests that only read it."""
+    if importlib.util.find_spec("executorch") is None:
+        pytest.skip("executorch is not installed")
+    return et(tmp_path_factory.mktemp("fp32"))
+
+
+def user_model(tmp_path, body: str, name="model.py") -> SourceSpec:
+    """A user module file with a `make` factory (imports torch, nn, F)."""
+    path = tmp_path / name
+    path.write_text("import torch\nfrom torch import nn\nimport torch.nn.functional as F\n\n" + textwrap.dedent(body))
+    return SourceSpec(f"{path}:make")
+
+
+# --- XNNPACK: what the delegate takes -------------------------------------------------------------
+
+
+@pytest.mark.slow
+@needs_executorch
+def test_tiny_at_full_depth_is_one_xnnpack_subgraph(out_dir):
+    result = et(out_dir, SourceSpec("tiny"))
+    assert result["parity"]["passed"] and result["parity"]["max_abs_error"] < 1e-4
+    assert result["provider"] == "executorch-xnnpack" and result["status"] == "verified"
+    info = result["info"]
+    # Only the class token's broadcast at the input stays outside: the whole network is one call.
+    assert info["delegation"]["subgraphs"] == 1 and info["delegation"]["not_delegated"] == {"expand_copy": 1}
+    forms = {op: f["count"] for op, f in info["decompositions"].items()}
+    assert forms == {"scaled_dot_product_attention": 12, "layer_norm": 25, "select": 37}
+    assert Path(result["artifact"]).name == "tiny.pte"
+    assert Path(result["artifact"]).read_bytes()[4:8] == b"ET12"
+
+
+@needs_executorch
+@pytest.mark.parametrize("preset,left", [("tiny-relu", {"expand_copy": 1}), ("small-gap", {"mean_dim": 1}),
+                                         ("digits", {"expand_copy": 1})])
+def test_presets_up_to_small_are_delegated_whole(out_dir, preset, left):
+    """Manual attention (4-D matmuls), mean pooling with sin-cos positions, and the 8x8 digits model,
+    at depth 1 (tiny and small run at full depth in test_exports)."""
+    result = et(out_dir, SourceSpec(preset, overrides={"depth": 1}))
+    assert result["parity"]["passed"], result["parity"]["failures"]
+    assert result["info"]["delegation"]["not_delegated"] == left  # mean pooling over tokens has no XNNPACK form
+
+
+TORCHVISION_VIT = """
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    def make():
+        torch.manual_seed(0)
+        model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64,
+                                  mlp_dim=128, num_classes=10)
+        with torch.no_grad():  # torchvision starts the head at zero: logits would all be 0
+            model.heads.head.weight.normal_(0, 0.5)
+        model.input_shape = (1, 3, 32, 32)
+        return model
+"""
+
+
+@needs_executorch
+def test_torchvision_vit_passes_with_its_attention_delegated(out_dir, tmp_path):
+    result = et(out_dir, user_model(tmp_path, TORCHVISION_VIT))
+    assert result["parity"]["passed"], result["parity"]["failures"]
+    delegation = result["info"]["delegation"]
+    # nn.MultiheadAttention reaches the program as SDPA in batched-matmul form, all inside XNNPACK.
+    assert result["info"]["decompositions"]["scaled_dot_product_attention"]["count"] == 2
+    assert delegation["subgraphs"] == 1 and set(delegation["not_delegated"]) <= {"expand_copy"}
+
+
+@needs_executorch
+def test_partial_delegation_still_exports_and_is_reported(out_dir):
+    """PyTorch's own decompositions leave LayerNorm and the attention's mask guard to ExecuTorch's
+    kernels: the program still passes, and the summary says what stayed out."""
+    result = et(out_dir, decompositions="aten")
+    assert result["parity"]["passed"], result["parity"]["failures"]
+    delegation = result["info"]["delegation"]
+    assert delegation["subgraphs"] > 1 and result["info"]["decompositions"] == {}
+    assert delegation["not_delegated"]["native_layer_norm"] == 3
+    assert {"logical_not", "where_self", "mul_scalar"} <= set(delegation["not_delegated"])
+
+
+def test_unsupported_attention_keeps_pytorchs_decomposition():
+    """Masked, causal or dropout attention is not rewritten; plain attention and matmuls are, with
+    the same values."""
+    import torch
+    import torch.nn.functional as F
+
+    from vitexport.backends.executorch.decompose import xnnpack_forms
+
+    class Mixed(torch.nn.Module):
+        def forward(self, x):
+            mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()
+            masked = F.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+            causal = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+            plain = F.scaled_dot_product_attention(x, x, x)
+            q = x.unsqueeze(1)  # (n, t, d) -> (n, 1, t, d)
+            return masked + causal + plain + (q @ q.transpose(-1, -2)).sum() + x[:, -1:].sum() + x[..., 0].sum()
+
+    x = torch.randn(2, 4, 8)
+    program, used = xnnpack_forms(torch.export.export(Mixed(), (x,)), "fp32")
+    assert used == {"scaled_dot_product_attention": 1, "matmul": 1, "select": 1, "squeeze/unsqueeze": 1}
+    targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert targets.count("aten.scaled_dot_product_attention.default") == 2
+    assert torch.allclose(program.module()(x), Mixed()(x), atol=1e-5)
+
+
+SORTING_VIT = """
+    class Sorting(nn.Module):
+        input_shape = (1, 3, 16, 16)
+
+        def __init__(self):
+            super().__init__()
+            self.patchify = nn.Conv2d(3, 8, 8, stride=8)
+
+        def forward(self, x):
+            t = self.patchify(x).flatten(2)  # (n, 8, 2, 2) -> (n, 8, 4)
+            return t.sort(-1).values.flatten(1)
+
+    def make():
+        return Sorting()
+"""
+
+
+@needs_executorch
+def test_an_operator_the_runtime_lacks_is_named(tmp_path):
+    spec = user_model(tmp_path, SORTING_VIT)
+    result = invoke("executorch", "--model", spec.model, "--out", tmp_path / "out")
+    one_line_error(result, 1, "aten::sort.values")
+    assert "operator is missing from this runtime" in result.stderr
+
+
+# --- precisions and delegates -----------------------------------------------------------------------
+
+
+@needs_executorch
+def test_int8_dynamic_passes_its_tolerance_at_a_third_of_the_size(out_dir, fp32_pte):
+    result = et(out_dir, precision="int8")
+    parity = result["parity"]
+    assert parity["passed"] and parity["atol"] == 0.5 and parity["max_abs_error"] > 1e-4  # really quantised
+    assert Path(result["artifact"]).name == "tiny-depth1-int8.pte"
+    assert result["info"]["quant"]["scheme"] == "dynamic per-channel symmetric"
+    assert result["info"]["delegation"]["subgraphs"] == 1
+    assert Path(result["artifact"]).stat().st_size < 0.4 * Path(fp32_pte["artifact"]).stat().st_size
+
+
+@needs_executorch
+def test_int8_static_is_calibrated_on_images(out_dir):
+    result = et(out_dir, precision="int8", quant="static", calibration_images=str(IMAGES))
+    assert result["parity"]["passed"], result["parity"]["failures"]
+    assert result["info"]["quant"]["calibration_images"] == len(list(IMAGES.glob("*.jpg")))
+    assert Path(result["artifact"]).name == "tiny-depth1-int8-static.pte"
+
+
+@needs_executorch
+def test_fp16_passes_its_tolerance_and_names_what_xnnpack_leaves(out_dir):
+    result = et(out_dir, precision="fp16")
+    assert result["parity"]["passed"] and result["parity"]["min_cosine"] == 0.999
+    assert result["info"]["input_dtype"] == "float16" and Path(result["artifact"]).name == "tiny-depth1-fp16.pte"
+    # Known limits of XNNPACK in fp16, asserted so a fix upstream shows up: GELU is refused, and
+    # LayerNorm is kept in its own op (squares of activations overflow fp16 in the 4-D form).
+    left = result["info"]["delegation"]["not_delegated"]
+    assert left["gelu"] == 1 and left["native_layer_norm"] == 3
+    assert "layer_norm" not in result["info"]["decompositions"]
+
+
+@needs_executorch
+def test_portable_program_runs_without_a_delegate(out_dir):
+    result = et(out_dir, delegate="portable")
+    assert result["parity"]["passed"] and result["provider"] == "executorch-portable"
+    assert result["info"]["delegation"]["subgraphs"] == 0 and result["info"]["decompositions"] == {}
+    assert Path(result["artifact"]).name == "tiny-depth1-portable.pte"
+
+
+@needs_executorch
+def test_coreml_delegate_is_checked_through_its_embedded_program(out_dir, tmp_path):
+    pytest.importorskip("coremltools")
+    result = et(out_dir, delegate="coreml", precision="fp16")
+    assert result["parity"]["passed"] and result["status"] == "verified"
+    assert result["provider"] in ("mil-evaluator (embedded Core ML program)", "executorch-coreml")
+    assert result["info"]["coreml"] == {"target": "iOS17", "compute_precision": "fp16", "whole_program": True}
+    assert Path(result["artifact"]).name == "tiny-depth1-coreml-fp16.pte"
+    assert api.verify(result["artifact"])["parity"]["passed"]
+    if result["provider"] != "executorch-coreml":  # off Apple devices the program is checked, not timed
+        report = api.bench(None, ["executorch"], [1], artifacts=[result["artifact"]], iters=1, warmup_iters=0,
+                           warmup_s=0, budget_s=None, out_dir=tmp_path / "bench", roofline=False)
+        row = next(r for r in report["results"] if r["backend"] == "executorch")
+        assert not row["available"] and "Apple devices" in row["reason"]
+
+
+@needs_executorch
+def test_coreml_program_with_ops_outside_the_delegate_waits_for_an_apple_device(out_dir, monkeypatch):
+    """Where ExecuTorch kernels run between Core ML calls, the embedded program is not the whole
+    program: nothing is claimed, and verify says what it needs (exit 3)."""
+    pytest.importorskip("coremltools")
+    from vitexport.backends.executorch import _coreml_runtime, lower
+
+    if _coreml_runtime():
+        pytest.skip("Core ML runs the program here")
+    real = lower._partitioners
+
+    def leaving_gelu_out(options):
+        partitioners = real(options)
+        partitioners[0].skip_ops_for_coreml_delegation = ["aten.gelu.default"]
+        return partitioners
+
+    monkeypatch.setattr(lower, "_partitioners", leaving_gelu_out)
+    result = et(out_dir, delegate="coreml", precision="fp32")
+    assert result["status"] == "not-checked-here" and result["info"]["coreml"]["whole_program"] is False
+    assert result["info"]["delegation"]["not_delegated"] == {"gelu": 1}
+    assert "Apple device" in result["parity"]["skipped"] and "gelu" in result["parity"]["skipped"]
+    with pytest.raises(BackendUnavailable, match="Apple device"):
+        api.verify(result["artifact"])
+
+
+# --- batches, rendering, threads, damage ------------------------------------------------------------
+
+
+@needs_executorch
+def test_dynamic_batch_is_bounded_and_checked_at_1_3_and_max(tmp_path):
+    out = tmp_path / "out"
+    result = invoke("executorch", "--config", "tiny", "--set", "depth=1", "--dynamic-batch", "--max-batch", "4",
+                    "--out", out)
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert "random b=3" in text and "random b=4" in text and "parity PASSED" in text
+    assert "delegation: XnnpackBackend takes" in text and "not delegated" in text and "op forms" in text
+    artifact = out / "tiny-depth1.pte"
+    record = sidecar.read(artifact)
+    assert record.dynamic_batch and record.info["max_batch"] == 4 and record.parity.batches == [1, 3, 4]
+    be = backends.get("executorch")
+    with be.load(artifact, record) as runner:  # memory was planned for 4 images: 5 is refused, not overrun
+        import numpy as np
+
+        with pytest.raises(RuntimeFailure, match="batch of 5"):
+            runner.run({"pixel_values": np.zeros((5, 3, 224, 224), np.float32)})
+    with pytest.raises(UsageError, match="at most 4 images"):
+        api.verify(artifact, max_batch=6)
+    assert be.check_batches(record, 4) == [1, 3, 4]
+    assert be.check_batches(dataclasses.replace(record, info={**record.info, "max_batch": 2}), 2) == [1, 2]
+
+
+@needs_executorch
+def test_thread_pool_is_sized_before_loading_and_never_after(fp32_pte, monkeypatch):
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        from vitexport import backends, sidecar
+        from vitexport.backends.base import RunOptions
+        from executorch.extension.pybindings.portable_lib import _threadpool_get_thread_count
+        path = Path({fp32_pte['artifact']!r})
+        with backends.get("executorch").load(path, sidecar.read(path), RunOptions(threads=1)) as runner:
+            print(_threadpool_get_thread_count(), runner.provider)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.stdout.split()[-2:] == ["1", "executorch-xnnpack"], out.stderr
+    from vitexport.backends.executorch import threads
+
+    monkeypatch.setattr(threads, "_state", {"set_to": None, "loaded": True})
+    with pytest.raises(RuntimeFailure, match="before the first program is loaded"):
+        threads.set_threads(3)
+
+
+@needs_executorch
+def test_truncated_or_foreign_files_are_named(fp32_pte, tmp_path):
+    from vitexport.backends.executorch import pte
+
+    source = Path(fp32_pte["artifact"])
+    cut = tmp_path / "cut.pte"
+    cut.write_bytes(source.read_bytes()[:-1])
+    with pytest.raises(RuntimeFailure, match="truncated"):
+        pte.check_whole(cut)
+    foreign = tmp_path / "foreign.pte"
+    foreign.write_bytes(b"\x00" * 100)
+    with pytest.raises(RuntimeFailure, match="not an ExecuTorch program"):
+        pte.check_whole(foreign)
+    copy = tmp_path / source.name  # a truncated artifact beside its sidecar: exit 4, named as changed
+    shutil.copy2(source, copy)
+    shutil.copy2(sidecar.path_for(source), sidecar.path_for(copy))
+    copy.write_bytes(source.read_bytes()[: len(source.read_bytes()) // 2])
+    with pytest.raises(ParityError, match="corrupt or changed since export"):
+        api.verify(copy)
+
+
+@needs_executorch
+def test_bench_times_executorch_beside_onnxruntime(tmp_path):
+    report = api.bench(DEPTH1, ["executorch", "onnxruntime"], [1], threads=1, iters=3, warmup_iters=1, warmup_s=0,
+                       budget_s=None, out_dir=tmp_path, roofline=False)
+    rows = {r["backend"]: r for r in report["results"]}
+    assert rows["executorch"]["available"] and rows["onnxruntime"]["available"], rows
+    assert rows["executorch"]["provider"] == "executorch-xnnpack" and rows["executorch"]["roofline_basis"] == "cpu"
+    record = sidecar.read(next((tmp_path / "artifacts").glob("*.pte")))
+    assert not record.dynamic_batch  # batch 1 only: the program bench exports is a fixed batch
+    assert "executorch" in Path(report["files"]["md"]).read_text()
+
+
+# --- bad input and a missing library -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--delegate", "tpu"], "--delegate must be one of xnnpack, coreml, portable"),
+    (["--precision", "int4"], "--precision must be one of fp32, fp16, int8"),
+    (["--precision", "int8", "--delegate", "portable"], "use --delegate xnnpack"),
+    (["--precision", "int8", "--quant", "static"], "needs --calibration-images"),
+    (["--quant", "static", "--calibration-images", "samples/images"], "--quant static applies to --precision int8"),
+    (["--precision", "int8", "--quant", "static", "--calibration-images", "/no/such/dir"], "not a directory"),
+    (["--calibration-images", "samples/images"], "calibrates --precision int8 --quant static only"),
+    (["--coreml-target", "iOS18"], "--coreml-target applies to --delegate coreml"),
+    (["--dynamic-batch", "--max-batch", "1"], "--max-batch 2 or more"),
+    (["--decompositions", "fast"], "--decompositions must be one of auto, xnnpack, aten"),
+])
+def test_bad_options_exit_2_before_any_work(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(ROOT)
+    one_line_error(invoke("executorch", "--config", "tiny", "--out", tmp_path, *args), 2, message)
+    assert not (tmp_path / "tiny.pte").exists()
+
+
+def test_missing_executorch_is_exit_3_naming_the_extra(tmp_path, monkeypatch, fp32_pte_if_any):
+    for name in [m for m in sys.modules if m == "executorch" or m.startswith("executorch.")] + ["executorch"]:
+        monkeypatch.setitem(sys.modules, name, None)  # every import of it fails as if it were not installed
+    one_line_error(invoke("executorch", "--config", "tiny", "--out", tmp_path), 3,
+                   "pip install 'vitexport[executorch]'")
+    if fp32_pte_if_any:
+        one_line_error(invoke("verify", fp32_pte_if_any), 3, "pip install 'vitexport[executorch]'")
+
+
+@pytest.fixture
+def fp32_pte_if_any(request):
+    """The shared artifact where executorch is installed (to verify without it); None otherwise."""
+    if importlib.util.find_spec("executorch") is None:
+        return None
+    return request.getfixturevalue("fp32_pte")["artifact"]
+
+
+def test_names_tell_delegates_precisions_and_schemes_apart():
+    be = backends.get("executorch")
+    tags = {be.name_tag(ExecuTorchOptions(**o)) for o in (
+        {}, {"delegate": "portable"}, {"precision": "fp16"}, {"precision": "int8"},
+        {"precision": "int8", "quant": "static", "calibration_images": "x"},
+        {"delegate": "coreml", "precision": "fp16"})}
+    assert tags == {"", "-portable", "-fp16", "-int8", "-int8-static", "-coreml-fp16"}
+
+
+def test_bench_exports_a_fixed_batch_for_batch_1_and_a_bound_otherwise():
+    be = backends.get("executorch")
+    assert be.bench_options([1]) == ExecuTorchOptions()
+    assert be.bench_options([1, 8]) == ExecuTorchOptions(dynamic_batch=True, max_batch=8)
+    assert json.loads(json.dumps(be.bench_options([4]).to_dict()))["max_batch"] == 4
+

@@ -1,0 +1,79 @@
+"""Tiny Hugging Face models built here (never fetched): one per architecture vitexport supports.
+
+Hidden size 32, 2 layers, 2 heads, 32x32 inputs in 8x8 patches, 5 classes, weights from a fixed seed,
+written with `save_pretrained` beside the image processor a published checkpoint of that family ships
+(scaled down). A new entry in vitexport.hf.architectures needs one here, or its tests fail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+IMAGE, PATCH, LABELS = 32, 8, 5
+LAYERS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
+VIT = dict(LAYERS, intermediate_size=64, image_size=IMAGE, patch_size=PATCH)
+TEXT = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            max_position_embeddings=16)
+
+
+def _vit(T):
+    return T.ViTImageProcessor(size={"height": IMAGE, "width": IMAGE})
+
+
+def _deit(T):  # like facebook/deit-*: resize 256, crop 224, bicubic
+    return T.DeiTImageProcessor(size={"height": IMAGE + 4, "width": IMAGE + 4},
+                                crop_size={"height": IMAGE, "width": IMAGE})
+
+
+def _bit(T):  # like facebook/dinov2-*: shorter side 256, crop 224, ImageNet mean/std
+    return T.BitImageProcessor(size={"shortest_edge": IMAGE + 4}, crop_size={"height": IMAGE, "width": IMAGE},
+                               image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225])
+
+
+def _clip(T):
+    return T.CLIPImageProcessor(size={"shortest_edge": IMAGE}, crop_size={"height": IMAGE, "width": IMAGE})
+
+
+def _siglip(T):
+    return T.SiglipImageProcessor(size={"height": IMAGE, "width": IMAGE})
+
+
+# BEiT as microsoft/beit-base-patch16-224: relative-position bias per layer, no absolute positions.
+BEIT = dict(VIT, use_relative_position_bias=True, use_absolute_position_embeddings=False, use_mean_pooling=True,
+            layer_scale_init_value=0.1)
+# DINOv2's checkpoints are trained at 518 and run at 224, so the position embeddings are resized on every
+# forward; a 7x7 grid run at 4x4 does the same here.
+DINOV2 = dict(LAYERS, mlp_ratio=2, image_size=56, patch_size=PATCH)
+
+# architecture -> (config, image processor or None), given the transformers module
+TINY = {
+    "ViTForImageClassification": lambda T: (T.ViTConfig(**VIT, num_labels=LABELS), _vit(T)),
+    "ViTModel": lambda T: (T.ViTConfig(**VIT), _vit(T)),
+    "ViTMSNForImageClassification": lambda T: (T.ViTMSNConfig(**VIT, num_labels=LABELS), _vit(T)),
+    "DeiTForImageClassification": lambda T: (T.DeiTConfig(**VIT, num_labels=LABELS), _deit(T)),
+    "DeiTForImageClassificationWithTeacher": lambda T: (T.DeiTConfig(**VIT, num_labels=LABELS), _deit(T)),
+    "BeitForImageClassification": lambda T: (T.BeitConfig(**BEIT, num_labels=LABELS),
+                                             T.BeitImageProcessor(size={"height": IMAGE, "width": IMAGE})),
+    "Dinov2Model": lambda T: (T.Dinov2Config(**DINOV2), _bit(T)),
+    "Dinov2ForImageClassification": lambda T: (T.Dinov2Config(**DINOV2, num_labels=LABELS), _bit(T)),
+    "CLIPVisionModel": lambda T: (T.CLIPVisionConfig(**VIT), _clip(T)),
+    "CLIPVisionModelWithProjection": lambda T: (T.CLIPVisionConfig(**VIT, projection_dim=16), _clip(T)),
+    "CLIPModel": lambda T: (T.CLIPConfig(text_config=TEXT, vision_config=VIT, projection_dim=16), _clip(T)),
+    "SiglipVisionModel": lambda T: (T.SiglipVisionConfig(**VIT), _siglip(T)),
+    "SiglipModel": lambda T: (T.SiglipConfig(text_config=TEXT, vision_config=VIT), _siglip(T)),
+}
+
+
+def save_tiny(architecture: str, folder: Path, seed: int = 0, processor: bool = True, config=None) -> Path:
+    """Build the architecture's tiny model from a fixed seed and save_pretrained it (and its processor)."""
+    import torch
+    import transformers as T
+
+    tiny_config, tiny_processor = TINY[architecture](T)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = getattr(T, architecture)(config or tiny_config)
+    model.save_pretrained(folder)
+    if processor:
+        tiny_processor.save_pretrained(folder)
+    return Path(folder)

@@ -1,0 +1,430 @@
+"""Faults and hostile input: every case ends with its documented exit code, a one-line message and no
+traceback, leaves no staging folder or temporary file behind, and never costs a verified artifact."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import zoo_spec
+from vitexport import api, sidecar
+from vitexport.cli import app
+from vitexport.sources import SourceSpec
+
+TINY = ["--config", "tiny", "--set", "depth=1"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Staging folders and temporary files: what an interrupted or failed run must not leave."""
+    if not folder.exists():
+        return []
+    return sorted(p.name for p in folder.rglob("*") if p.name.startswith(".vitexport-") or ".tmp" in p.name)
+
+
+def one_line_error(result, code: int, message: str) -> None:
+    text = result.stderr + result.stdout
+    assert result.exit_code == code, text
+    assert message in text, text
+    assert "Traceback" not in text and "internal error" not in text
+    errors = [line for line in result.stderr.splitlines() if line.startswith(("error:", "parity failed:"))]
+    assert len(errors) == 1, result.stderr
+
+
+# --- bad options and values: refused before any work (exit 2) ---------------------------------------
+
+OPTION_CASES = [
+    (["onnx", *TINY, "--atol", "-1"], "--atol must be >= 0"),
+    (["onnx", *TINY, "--rtol", "nan"], "--rtol must be a finite number"),
+    (["onnx", *TINY, "--atol", "inf"], "--atol must be a finite number"),
+    (["onnx", *TINY, "--max-batch", "0"], "--max-batch must be >= 1"),
+    (["onnx", *TINY, "--max-batch", "100000"], "--max-batch must be <= 4096"),
+    (["onnx", *TINY, "--opset", "99"], "--opset 99 is not supported"),
+    (["onnx", *TINY, "--name", "../escape"], "--name must be a plain file name"),
+    (["onnx", *TINY, "--name", ".hidden"], "--name must be a plain file name"),
+    (["onnx", *TINY, "--input-name", ""], "--input-name must be a non-empty name"),
+    (["onnx", "--config", "tiny", "--set", "image_size=100000"], "needs about"),
+    (["onnx", "--config", "base", "--set", "depth=10000"], "needs about"),
+    (["onnx", "--config", "tiny", "--set", "num_classes=1000000000"], "needs about"),
+    (["onnx", "--config", "tiny", "--set", "mlp_ratio=nan"], "mlp_ratio must be a finite number"),
+    (["onnx", "--config", "tiny", "--set", "depth=-3"], "depth must be a positive integer"),
+    (["onnx", "--config", "tiny", "--set", "depth=two"], "bad value 'two' for depth"),
+    (["onnx", "--config", "tiny", "--set", "std=0,1,1"], "std values must be > 0"),
+    (["onnx", "--model", "{zoo}", "--input-shape", "100000,3,224,224"], "N=100000 is above 4096"),
+    (["torchscript", *TINY, "--max-batch", "-1"], "--max-batch must be >= 1"),
+    (["tensorrt", *TINY, "--workspace-mb", "0"], "--workspace-mb must be >= 1"),
+    (["tensorrt", *TINY, "--min-batch", "4", "--max-batch", "2"], "min <= opt <= max"),
+    (["tensorrt", *TINY, "--rtx-targets", "SM90"], "--rtx-targets must be one of"),
+    (["tensorrt", *TINY, "--batch-buckets", "1,x"], "--batch-buckets expects comma-separated integers"),
+    (["coreml", *TINY, "--batch-sizes", "0,4"], "--batch-sizes must be >= 1"),
+    (["coreml", *TINY, "--compress", "int4", "--target", "iOS17"], "needs --target iOS18"),
+    (["coreml", *TINY, "--labels", "{tmp}/no-labels.txt"], "--labels: file not found"),
+    (["coreml", *TINY, "--labels", "{latin1}"], "cannot read"),
+    (["bench", *TINY, "--batch", "0"], "--batch must be >= 1"),
+    (["bench", *TINY, "--iters", "0"], "--iters must be >= 1"),
+    (["bench", *TINY, "--threads", "0"], "--threads must be >= 1"),
+    (["bench", *TINY, "--budget-s", "-1"], "--budget-s must be >= 0"),
+    (["bench", *TINY, "--warmup-s", "nan"], "--warmup-s must be a finite number"),
+    (["onnx", *TINY, "--out", "/proc/vitexport-out"], "cannot write to output directory"),  # even for root
+]
+
+
+@pytest.mark.parametrize("args,message", OPTION_CASES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in OPTION_CASES])
+def test_bad_options_exit_2_before_any_work(tmp_path, args, message):
+    latin1 = tmp_path / "labels.txt"
+    latin1.write_bytes("caf\xe9\n".encode("latin-1"))
+    values = {"tmp": tmp_path, "zoo": zoo_spec("stock_vit"), "latin1": latin1}
+    args = [a.format(**values) for a in args]
+    out = tmp_path / "out"
+    if "--out" not in args:
+        args += ["--out", str(out)]
+    one_line_error(invoke(*args), 2, message)
+    assert not out.exists() or not any(out.iterdir())  # nothing exported, nothing staged
+
+
+# --- damaged, swapped or forged artifacts and sidecars (verify) --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """Verified artifacts of every backend that runs here, exported once for the damage cases."""
+    out = tmp_path_factory.mktemp("made")
+    spec = SourceSpec("tiny", overrides={"depth": 1})
+    arts = {name: Path(api.export(name, spec, None, out)["artifact"]) for name in ("onnx", "torchscript")}
+    arts["small-onnx"] = Path(api.export("onnx", SourceSpec("small", overrides={"depth": 1}), None, out)["artifact"])
+    try:
+        from vitexport.backends.coreml.options import CoreMLOptions
+
+        arts["coreml"] = Path(api.export("coreml", spec, CoreMLOptions(precision="fp32"), out)["artifact"])
+    except Exception:  # coremltools missing: those cases skip
+        pass
+    return arts
+
+
+def copy_artifact(made, key: str, folder: Path) -> Path:
+    """A private copy of a made artifact, its sidecar and its files."""
+    src = made.get(key)
+    if src is None:
+        pytest.skip(f"no {key} artifact here")
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in src.parent.glob(src.name + "*"):
+        target = folder / path.name
+        shutil.copytree(path, target) if path.is_dir() else shutil.copy2(path, target)
+    return folder / src.name
+
+
+def truncate(path: Path) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 3)
+
+
+def flip_bytes(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 2, len(data) // 2 + 64):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def damage_blob_metadata(path: Path) -> None:
+    blob = next(path.rglob("weight.bin"))
+    with open(blob, "r+b") as f:
+        f.seek(64)  # the first blob's metadata, after the file header
+        f.write(b"\x00" * 64)
+
+
+def edit_sidecar(path: Path, change) -> None:
+    side = sidecar.path_for(path)
+    data = json.loads(side.read_text())
+    change(data)
+    side.write_text(json.dumps(data))
+
+
+def swap_in(made, path: Path) -> None:
+    """Replace the artifact with another model's artifact of the same format (sidecar unchanged)."""
+    shutil.copy2(made["small-onnx"], path)
+
+
+DAMAGE_CASES = [
+    # (artifact, damage, exit code, message)
+    ("onnx", truncate, 4, "corrupt or changed since export"),
+    ("onnx", flip_bytes, 4, "corrupt or changed since export"),
+    ("onnx", swap_in, 4, "corrupt or changed since export"),
+    ("torchscript", truncate, 4, "corrupt or changed since export"),
+    ("torchscript", flip_bytes, 4, "corrupt or changed since export"),
+    ("coreml", damage_blob_metadata, 4, "corrupt or changed since export"),
+    ("coreml", lambda p: next(p.rglob("weight.bin")).unlink(), 4, "corrupt or changed since export"),
+    ("coreml", lambda p: next(p.rglob("model.mlmodel")).write_bytes(b"garbage"), 4, "corrupt or changed"),
+    ("onnx", lambda p: sidecar.path_for(p).write_text("{not json"), 2, "is not readable JSON"),
+    ("onnx", lambda p: sidecar.path_for(p).unlink(), 2, "no sidecar"),
+    ("onnx", lambda p: sidecar.path_for(p).write_bytes(b"\xff\xfe\x00garbage"), 2, "is not readable JSON"),
+    ("onnx", lambda p: edit_sidecar(p, lambda d: d.update(schema="other/9")), 2, "has schema 'other/9'"),
+    ("onnx", lambda p: edit_sidecar(p, lambda d: d.update(input_names=5)), 2, "is damaged or incomplete"),
+    ("onnx", lambda p: edit_sidecar(p, lambda d: d.update(files=["../../etc/passwd"])), 2, "damaged"),
+    ("onnx", lambda p: edit_sidecar(p, lambda d: d.pop("source")), 2, "is damaged or incomplete"),
+    ("onnx", lambda p: edit_sidecar(p, lambda d: d["source"].update(notes="[red]x")), 2, "is damaged or incomplete"),
+    ("onnx", lambda p: edit_sidecar(p, lambda d: d.update(backend="tflite")), 2, "unknown backend 'tflite'"),
+    ("onnx", lambda p: edit_sidecar(p, lambda d: d["source"]["spec"].update(model="evil.py:run")), 2,
+     "pass --trust-code"),
+    ("onnx", lambda p: edit_sidecar(p, lambda d: d["source"]["spec"].update(model="os:system")), 2,
+     "pass --trust-code"),
+    ("onnx", lambda p: edit_sidecar(p, lambda d: d["source"]["spec"].update(overrides={"depth": 2})), 4,
+     "does not match PyTorch"),
+    ("onnx", lambda p: edit_sidecar(p, lambda d: d.update(artifact_sha256="0" * 64)), 4,
+     "corrupt or changed since export"),
+    ("onnx", lambda p: p.unlink(), 2, "artifact not found"),
+]
+
+
+@pytest.mark.parametrize("key,damage,code,message", DAMAGE_CASES,
+                         ids=[f"{k}-{i}" for i, (k, _, _, _) in enumerate(DAMAGE_CASES)])
+def test_damaged_artifacts_and_sidecars(made, tmp_path, key, damage, code, message):
+    path = copy_artifact(made, key, tmp_path / "art")
+    damage(made, path) if damage is swap_in else damage(path)
+    one_line_error(invoke("verify", path), code, message)
+    assert leftovers(tmp_path) == []
+
+
+def test_damaged_engine_is_exit_4_even_without_a_gpu(tmp_path):
+    pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX wheels not installed")
+    from vitexport.backends.tensorrt.options import TensorRTOptions
+
+    result = api.export("tensorrt", SourceSpec("tiny", overrides={"depth": 1}), TensorRTOptions(builder="rtx"),
+                        tmp_path)
+    flip_bytes(Path(result["artifact"]))
+    one_line_error(invoke("verify", result["artifact"]), 4, "corrupt or changed since export")
+
+
+def test_missing_external_data_is_exit_4(tmp_path, monkeypatch):
+    from vitexport.backends.onnx import export as onnx_export
+
+    monkeypatch.setattr(onnx_export, "EXTERNAL_DATA_THRESHOLD", 1000)  # as if the model were over 2 GB
+    result = api.export("onnx", SourceSpec("tiny", overrides={"depth": 1}), None, tmp_path)
+    (tmp_path / "tiny-depth1.onnx.data").unlink()
+    one_line_error(invoke("verify", result["artifact"]), 4, "tiny-depth1.onnx.data is missing")
+
+
+# --- untrusted material -------------------------------------------------------------------------------
+
+
+def test_code_named_by_a_sidecar_runs_only_when_trusted(tmp_path):
+    marker = tmp_path / "ran"
+    model = tmp_path / "model.py"
+    model.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('x')\n"
+                     "from vitexport.model import build\nfrom vitexport.configs import PRESETS\n"
+                     "def make():\n    m = build(PRESETS['tiny'].replace(depth=1))\n"
+                     "    m.input_shape = (1, 3, 224, 224)\n    return m\n")
+    result = api.export("onnx", SourceSpec(f"{model}:make"), None, tmp_path / "out")
+    marker.unlink()
+    for command in (["verify", result["artifact"]], ["bench", result["artifact"], "--backend", "torch",
+                                                      "--out", tmp_path / "bench"]):
+        one_line_error(invoke(*command), 2, "--trust-code")
+        assert not marker.exists()  # refused before importing anything
+    assert invoke("verify", result["artifact"], "--trust-code").exit_code == 0 and marker.exists()
+
+
+def test_a_sidecar_cannot_switch_unpickling_on(tmp_path):
+    import torch
+
+    from vitexport.configs import PRESETS
+    from vitexport.model import build
+
+    weights = tmp_path / "w.pt"
+    torch.save({"state_dict": build(PRESETS["tiny"].replace(depth=1)).state_dict(), "note": object()}, weights)
+    result = api.export("onnx", SourceSpec("tiny", overrides={"depth": 1}, weights=str(weights), allow_pickle=True),
+                        None, tmp_path)
+    one_line_error(invoke("verify", result["artifact"]), 2, "--allow-pickle")
+    assert invoke("verify", result["artifact"], "--allow-pickle").exit_code == 0
+
+
+def test_changed_weights_are_named(tmp_path):
+    from safetensors.torch import save_file
+
+    from vitexport.configs import PRESETS
+    from vitexport.model import build
+
+    weights = tmp_path / "w.safetensors"
+    save_file(build(PRESETS["tiny"].replace(depth=1), seed=1).state_dict(), str(weights))
+    result = api.export("onnx", SourceSpec("tiny", overrides={"depth": 1}, weights=str(weights)), None, tmp_path)
+    save_file(build(PRESETS["tiny"].replace(depth=1), seed=2).state_dict(), str(weights))
+    one_line_error(invoke("verify", result["artifact"]), 2, "changed since export")
+
+
+def write_image(folder: Path, name: str, mode: str, size=(40, 30)):
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(len(name))
+    if mode == "I;16":
+        Image.fromarray(rng.integers(0, 65535, size[::-1], dtype=np.uint16)).save(folder / name)
+    else:
+        Image.fromarray(rng.integers(0, 255, (*size[::-1], 3), dtype=np.uint8)).convert(mode).save(folder / name)
+
+
+def test_odd_but_valid_images_are_handled(tmp_path):
+    folder = tmp_path / "images"
+    folder.mkdir()
+    write_image(folder, "grey16.png", "I;16")
+    write_image(folder, "cmyk.jpg", "CMYK")
+    write_image(folder, "grey.png", "L")
+    write_image(folder, "palette.png", "P")
+    write_image(folder, "alpha.png", "RGBA")
+    write_image(folder, os.fsdecode(b"caf\xe9.png"), "RGB")  # not UTF-8
+    result = invoke("onnx", *TINY, "--images", folder, "--out", tmp_path / "out", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["parity"]["images"]["count"] == 6
+
+
+@pytest.mark.parametrize("setup,message", [
+    ("empty", "cannot read empty.png"),
+    ("text", "cannot read notes.jpg"),
+    ("bomb", "decompression bomb"),
+    ("undecodable", "cannot read caf\ufffd.png"),
+])
+def test_bad_images_are_refused_by_name(tmp_path, monkeypatch, setup, message):
+    from PIL import Image
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    write_image(folder, "ok.png", "RGB")
+    if setup == "empty":
+        (folder / "empty.png").write_bytes(b"")
+    elif setup == "text":
+        (folder / "notes.jpg").write_text("not an image")
+    elif setup == "bomb":
+        monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500)  # the 40x30 image now counts as a bomb
+    else:
+        (folder / os.fsdecode(b"caf\xe9.png")).write_bytes(b"\x89PNG broken")
+    one_line_error(invoke("onnx", *TINY, "--images", folder, "--out", tmp_path / "out"), 2, message)
+    assert leftovers(tmp_path / "out") == []
+
+
+# --- what is published, and what is never lost -------------------------------------------------------
+
+
+def test_a_failed_reexport_keeps_the_verified_artifact(tmp_path):
+    good = invoke("onnx", *TINY, "--out", tmp_path, "--json")
+    assert good.exit_code == 0
+    artifact = Path(json.loads(good.stdout)["artifact"])
+    digest = sidecar.digest(artifact)
+    bad = invoke("onnx", *TINY, "--out", tmp_path, "--atol", "0", "--rtol", "0", "--json")
+    one_line_error(bad, 4, "kept for inspection")
+    kept = Path(json.loads(bad.stdout)["artifact"])
+    assert kept == tmp_path / "failed" / artifact.name and sidecar.read(kept).status == "FAILED"
+    assert sidecar.digest(artifact) == digest and sidecar.read(artifact).status == "verified"
+    assert invoke("verify", artifact).exit_code == 0
+
+
+def test_tensorrt_never_builds_from_a_failed_onnx(tmp_path):
+    pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX wheels not installed")
+    bad = invoke("onnx", *TINY, "--out", tmp_path, "--atol", "0", "--rtol", "0")
+    assert bad.exit_code == 4
+    shutil.copy2(tmp_path / "failed" / "tiny-depth1.onnx", tmp_path / "tiny-depth1.onnx")
+    shutil.copy2(tmp_path / "failed" / "tiny-depth1.onnx.json", tmp_path / "tiny-depth1.onnx.json")
+    result = invoke("tensorrt", *TINY, "--builder", "rtx", "--out", tmp_path, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["info"]["onnx_source"].startswith("exported and verified")
+
+
+def test_names_tell_overrides_seeds_and_precisions_apart(tmp_path):
+    names = set()
+    for extra in ([], ["--seed", "3"], ["--set", "num_heads=1"], ["--name", "mine"]):
+        result = invoke("onnx", *TINY, *extra, "--out", tmp_path, "--json")
+        assert result.exit_code == 0, result.stderr
+        names.add(Path(json.loads(result.stdout)["artifact"]).name)
+    assert names == {"tiny-depth1.onnx", "tiny-depth1-seed3.onnx", "tiny-depth1-num_heads1.onnx", "mine.onnx"}
+
+
+def test_published_files_have_ordinary_permissions(tmp_path, monkeypatch):
+    from vitexport.backends.onnx import export as onnx_export
+
+    monkeypatch.setattr(onnx_export, "EXTERNAL_DATA_THRESHOLD", 1000)
+    old = os.umask(0o022)
+    try:
+        api.export("onnx", SourceSpec("tiny", overrides={"depth": 1}), None, tmp_path)
+    finally:
+        os.umask(old)
+    for name in ("tiny-depth1.onnx", "tiny-depth1.onnx.data", "tiny-depth1.onnx.json"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name
+
+
+def test_stale_staging_of_a_dead_process_is_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".vitexport-{dead.stdout.strip()}-abc123"
+    stale.mkdir(parents=True)
+    (stale / "big.onnx").write_bytes(b"partial")
+    mine = tmp_path / f".vitexport-{os.getpid()}-live"  # a live run's folder is left alone
+    mine.mkdir()
+    assert invoke("onnx", *TINY, "--out", tmp_path).exit_code == 0
+    assert not stale.exists() and mine.exists()
+
+
+# --- signals and concurrency (real processes) ----------------------------------------------------------
+
+
+def start_export(out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "vitexport", "onnx", "--config", "small", "--set", "depth=4",
+                             "--out", str(out), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, timeout: float = 120.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def complete(folder: Path) -> None:
+    """Every artifact has its sidecar, and its files are the ones the sidecar describes."""
+    artifacts = [p for p in folder.glob("*.onnx")]
+    for path in artifacts:
+        record = sidecar.read(path)
+        assert sidecar.digest(path) == record.artifact_sha256, path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["staging", "exported", "checking"])
+def test_sigkill_at_any_moment_then_the_next_export_cleans_up(tmp_path, moment):
+    proc = start_export(tmp_path, "--dynamic-batch", "--max-batch", "64")  # a check long enough to land in
+    if moment == "staging":
+        wait_for(lambda: any(tmp_path.glob(".vitexport-*/")))
+    elif moment == "exported":
+        wait_for(lambda: any(tmp_path.glob(".vitexport-*/*.onnx")))
+    else:
+        wait_for(lambda: any(tmp_path.glob(".vitexport-*/*.onnx")))
+        time.sleep(1.0)  # inside the parity check
+    proc.kill()
+    assert proc.wait() == -signal.SIGKILL  # killed mid-way, not after it finished
+    result = start_export(tmp_path)
+    assert result.wait(timeout=600) == 0, result.stderr.read()
+    assert leftovers(tmp_path) == []
+    complete(tmp_path)
+
+
+def test_sigint_exits_130_and_leaves_nothing(tmp_path):
+    proc = start_export(tmp_path)
+    wait_for(lambda: any(tmp_path.glob(".vitexport-*/")))
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert leftovers(tmp_path) == [] and not list(tmp_path.glob("*.onnx"))
+
+
+@pytest.mark.slow
+def test_concurrent_exports_leave_one_consistent_artifact(tmp_path):
+    procs = [start_export(tmp_path, "--seed", "0", "--name", "shared") for _ in range(3)]
+    assert [p.wait(timeout=900) for p in procs] == [0, 0, 0]
+    assert leftovers(tmp_path) == []
+    complete(tmp_path)
+    assert sidecar.read(tmp_path / "shared.onnx").status == "verified"

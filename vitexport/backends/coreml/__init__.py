@@ -1,0 +1,132 @@
+"""Core ML: an ML program (.mlpackage) converted through torch.export, for iPhone apps.
+
+On macOS the package is checked with Core ML itself; elsewhere (where coremltools cannot run
+predictions) with vitexport's own NumPy executor of the saved ML program (`mil_eval`).
+
+options: flags and their rules. convert: conversion, compression, metadata. runner: Core ML or
+the evaluator. mil_eval: the evaluator.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+from ...parity import Tolerance
+from ..base import Artifact, Availability, Backend, BenchTarget, Diagnosis, RunOptions, output_names
+from .options import CoreMLOptions
+
+
+class CoreMLBackend(Backend):
+    name = "coreml"
+    suffix = ".mlpackage"
+    summary = ("Convert to a Core ML package (.mlpackage) and check it against PyTorch "
+               "(off macOS with vitexport's evaluator of the saved ML program).")
+    Options = CoreMLOptions
+    extra = "coreml"
+    tool_packages = ("coremltools",)
+    # Palettised / 4-bit weights: 6-8 bit tables keep ~int8 quality; 4 bits (16 values per table)
+    # cost more: on seeded random weights, the hardest case, a 4-block ViT-Ti keeps cosine ~0.975.
+    tolerances = {
+        "palette8": Tolerance(atol=0.5, rtol=0.1, min_cosine=0.99),
+        "palette6": Tolerance(atol=0.5, rtol=0.1, min_cosine=0.99),
+        "palette4": Tolerance(atol=1.0, rtol=0.25, min_cosine=0.95),
+        "int4": Tolerance(atol=1.0, rtol=0.25, min_cosine=0.95),
+    }
+
+    def availability(self) -> Availability:
+        from ...errors import BackendUnavailable
+        from .convert import import_coremltools
+
+        try:
+            import_coremltools()
+        except BackendUnavailable as e:
+            return Availability(False, str(e))
+        return Availability(True)
+
+    def runs_here(self) -> Availability:
+        """Core ML itself on macOS; elsewhere the package is run by vitexport's evaluator."""
+        here = self.availability()
+        if not here.ok:
+            return here
+        predicts = core_ml_predicts()
+        if platform.system() == "Darwin" or predicts.ok:
+            return predicts
+        return Availability(True, f"with vitexport's ML-program evaluator ({predicts.reason})")
+
+    def diagnose(self) -> Diagnosis:
+        """coremltools and whether this torch is one it was tested with; whether Core ML predicts here."""
+        from importlib import metadata
+
+        from .convert import import_coremltools
+
+        ct = import_coremltools()
+        from coremltools import _deps  # where coremltools keeps the newest torch it was tested with
+
+        tested = getattr(_deps, "_TORCH_MAX_VERSION", None)
+        torch_version = metadata.version("torch")
+        untested = tested is not None and release(torch_version) > release(tested)
+        predicts = core_ml_predicts()
+        units = [u.name for u in ct.ComputeUnit] if predicts.ok else []
+        notes = [f"coremltools {ct.__version__}: converts here; " + (
+            f"predicts with {predicts.reason}, compute units {', '.join(units)}" if predicts.ok else
+            f"checks run on vitexport's ML-program evaluator ({predicts.reason})")]
+        if untested:
+            notes.append(f"torch {torch_version} is newer than {tested}, the newest torch coremltools {ct.__version__} "
+                         "was tested with")
+        return Diagnosis(notes, {"coremltools": ct.__version__, "torch": torch_version, "torch_tested_up_to": tested,
+                                 "torch_tested": not untested if tested else None, "predicts": predicts.ok,
+                                 "compute_units": units})
+
+    def export(self, loaded, options: CoreMLOptions, out_path: Path, upstream=None) -> Artifact:
+        from .convert import convert
+
+        info = convert(loaded, options, out_path)
+        # Each compression has its own tolerance; otherwise what the program computes in.
+        return Artifact(out_path, self.name, precision=options.compress or options.precision,
+                        input_names=[options.input_name], output_names=output_names(loaded, options),
+                        dynamic_batch=False, info=info)
+
+    def name_tag(self, options: CoreMLOptions) -> str:
+        tag = "" if options.precision == "fp16" else f"-{options.precision}"  # fp16: the default
+        return tag + (f"-{options.compress}" if options.compress else "")
+
+    def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
+        from .runner import CoreMLRunner
+
+        return CoreMLRunner(Path(path), record, run.compute_units)
+
+    def check_batches(self, record, max_batch: int) -> list[int]:
+        return list(record.info.get("batch_sizes") or []) or super().check_batches(record, max_batch)
+
+    def bench_options(self, batches: list[int]) -> CoreMLOptions:
+        return CoreMLOptions(batch_sizes=tuple(sorted(set(batches))))  # Core ML takes a list, not a range
+
+    def bench_unavailable(self, target: BenchTarget) -> str | None:
+        if platform.system() != "Darwin":
+            return "Core ML runs only on macOS (the Linux evaluator checks numerics, it does not measure speed)"
+        return super().bench_unavailable(target)
+
+    def roofline_basis(self, provider: str | None) -> str | None:
+        return None  # the Neural Engine and GPU have no rate measured here
+
+
+def core_ml_predicts() -> Availability:
+    """Whether coremltools can hand a package to Core ML here (macOS with its native library)."""
+    if platform.system() != "Darwin":
+        return Availability(False, "Core ML predicts only on macOS")
+    try:
+        from coremltools import libcoremlpython  # noqa: F401  (the bridge to Core ML; absent on bad installs)
+    except ImportError as e:
+        return Availability(False, f"coremltools cannot reach Core ML here: {e}")
+    return Availability(True, f"Core ML on macOS {platform.mac_ver()[0]}")
+
+
+def release(version: str) -> tuple[int, ...]:
+    """'2.14.1+cpu' -> (2, 14, 1): what coremltools compares, without a packaging dependency."""
+    import re
+
+    return tuple(int(n) for n in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+BACKEND = CoreMLBackend()

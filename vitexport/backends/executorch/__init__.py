@@ -1,0 +1,113 @@
+"""ExecuTorch: a .pte program for on-device inference (Android, iOS, embedded Linux), delegated to
+XNNPACK (CPU), Core ML (Apple devices) or left to ExecuTorch's portable kernels.
+
+XNNPACK and portable programs are checked in ExecuTorch's own runtime here. A Core ML delegate runs
+only where Core ML does; elsewhere the Core ML program it embeds is checked with vitexport's
+ML-program evaluator when that program computes everything, and otherwise the check waits for an
+Apple device.
+
+options: flags and their rules. lower: export, quantisation, lowering. decompose: the forms
+XNNPACK takes whole. quantize: PT2E int8. delegation: what the delegate took. pte: reading .pte
+files. runner: running them. threads: ExecuTorch's thread pool.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..base import Artifact, Availability, Backend, BenchTarget, RunOptions, output_names
+from .options import ExecuTorchOptions
+
+class ExecuTorchBackend(Backend):
+    name = "executorch"
+    suffix = ".pte"
+    summary = ("Lower to an ExecuTorch program (.pte) for XNNPACK, Core ML or the portable kernels, and check it "
+               "against PyTorch in ExecuTorch's runtime.")
+    Options = ExecuTorchOptions
+    extra = "executorch"
+    tool_packages = ("executorch", "torchao")
+
+    def availability(self) -> Availability:
+        return _available(lambda libs: libs.import_exir())
+
+    def runs_here(self) -> Availability:
+        return _available(lambda libs: libs.import_runtime())
+
+    def runs_here_for(self, record) -> Availability:
+        here = self.runs_here()
+        if not here.ok or record.info.get("delegate") != "coreml" or _coreml_runtime():
+            return here
+        if not (record.info.get("coreml") or {}).get("whole_program"):
+            left = ", ".join(record.info.get("delegation", {}).get("not_delegated") or {}) or "several calls"
+            return Availability(False, "the Core ML delegate runs on Apple devices (iOS, macOS), and this program "
+                                       f"also runs ExecuTorch kernels outside it ({left}), so its embedded Core ML "
+                                       "program does not stand for it: verify it on an Apple device")
+        from ..coreml import BACKEND as COREML
+
+        return COREML.availability()  # the embedded program is checked with the Core ML evaluator
+
+    def export(self, loaded, options: ExecuTorchOptions, out_path: Path, upstream=None) -> Artifact:
+        from .lower import export_pte
+
+        info = export_pte(loaded, options, out_path)
+        return Artifact(out_path, self.name, precision=options.precision, input_names=[options.input_name],
+                        output_names=output_names(loaded, options), dynamic_batch=options.dynamic_batch, info=info)
+
+    def name_tag(self, options: ExecuTorchOptions) -> str:
+        tag = "" if options.delegate == "xnnpack" else f"-{options.delegate}"
+        tag += "" if options.precision == "fp32" else f"-{options.precision}"
+        return tag + ("-static" if options.precision == "int8" and options.quant == "static" else "")
+
+    def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
+        from .runner import EmbeddedCoreMLRunner, ExecuTorchRunner
+
+        if record.info.get("delegate") == "coreml" and not _coreml_runtime():
+            return EmbeddedCoreMLRunner(Path(path), record)
+        return ExecuTorchRunner(Path(path), record, run.threads)
+
+    def check_batches(self, record, max_batch: int) -> list[int]:
+        """1, 3 and the bound the program's memory was planned for (never above it)."""
+        from ...errors import UsageError
+
+        bound = record.info.get("max_batch")
+        if record.dynamic_batch and bound and max_batch > bound:
+            raise UsageError(f"this program takes at most {bound} images per batch (exported with --max-batch "
+                             f"{bound}); check with --max-batch {bound} or less")
+        return [b for b in super().check_batches(record, max_batch) if not bound or b <= bound]
+
+    def bench_options(self, batches: list[int]) -> ExecuTorchOptions:
+        largest = max(batches)
+        return ExecuTorchOptions(dynamic_batch=largest > 1, max_batch=largest if largest > 1 else None)
+
+    def bench_unavailable_for(self, target: BenchTarget, record) -> str | None:
+        if record.info.get("delegate") == "coreml" and not _coreml_runtime():
+            return "the Core ML delegate runs on Apple devices (off them its program is checked, not timed)"
+        return self.bench_unavailable(target)
+
+    def roofline_basis(self, provider: str | None) -> str | None:
+        return "cpu" if provider in ("executorch-xnnpack", "executorch-portable") else None
+
+
+def _available(load) -> Availability:
+    from ...errors import BackendUnavailable
+    from . import libs
+
+    try:
+        load(libs)
+    except BackendUnavailable as e:
+        return Availability(False, str(e))
+    return Availability(True)
+
+
+def _coreml_runtime() -> bool:
+    """Whether ExecuTorch's runtime here has the Core ML delegate (macOS builds; never Linux)."""
+    import platform
+
+    if platform.system() != "Darwin":
+        return False
+    from .libs import import_runtime
+
+    return bool(import_runtime().backend_registry.is_available("CoreMLBackend"))
+
+
+BACKEND = ExecuTorchBackend()

@@ -1,0 +1,126 @@
+"""Export-time forms of attention, matmul, LayerNorm and indexing that XNNPACK delegates whole.
+
+PyTorch's core-ATen decomposition of scaled_dot_product_attention adds a guard for fully masked
+rows (eq/logical_not/any/where/full_like over every score tensor), scales q and k with mul.Scalar
+and broadcasts 4-D matmuls with expand_copy; XNNPACK takes none of these, and LayerNorm and
+`x[:, 0]`-style selects have no XNNPACK form at all. Each leftover op runs single-threaded in
+ExecuTorch's own kernels between small delegate calls. The forms below compute the same values
+with ops XNNPACK has (bmm, softmax, 4-D mean, slice, static view), so the delegate takes the
+whole graph. The user's module is not touched: only how its ops are written into the program.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Human-readable description of each form, recorded in the sidecar next to how often it was used.
+FORMS = {
+    "scaled_dot_product_attention": "bmm(softmax(bmm(q * scale, k^T)), v)",
+    "layer_norm": "means over a 4-D view, rsqrt, weight and bias",
+    "select": "a width-1 slice and a view",
+    "matmul": "bmm over the flattened batch dims",
+    "squeeze/unsqueeze": "a view",
+}
+
+
+def sdpa_as_bmm(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """Attention without mask, dropout or causality as two batched matmuls; anything else keeps
+    PyTorch's own decomposition (NotImplemented)."""
+    import torch
+
+    if attn_mask is not None or dropout_p or is_causal or enable_gqa or q.dim() < 3 or k.shape[:-2] != q.shape[:-2]:
+        return NotImplemented
+    *lead, n, d = q.shape
+    m, dv = k.shape[-2], v.shape[-1]
+    s = scale if scale is not None else 1.0 / math.sqrt(d)
+    q3 = q.reshape(-1, n, d) * s  # (..., n, d) -> (b, n, d)
+    k3 = k.reshape(-1, m, d).transpose(1, 2)  # (..., m, d) -> (b, d, m)
+    v3 = v.reshape(-1, m, dv)  # (..., m, dv) -> (b, m, dv)
+    out = torch.bmm(torch.bmm(q3, k3).softmax(-1), v3)
+    return out.reshape(*lead, n, dv)  # (b, n, dv) -> (..., n, dv)
+
+
+def matmul_as_bmm(a, b):
+    """A batched matmul whose operands share their batch dims as one bmm: PyTorch's decomposition
+    broadcasts 4-D operands with expand_copy, which XNNPACK does not take. Other shapes (a 2-D
+    operand, broadcast batch dims) keep PyTorch's decomposition."""
+    import torch
+
+    if a.dim() < 3 or a.dim() != b.dim() or a.shape[:-2] != b.shape[:-2]:
+        return NotImplemented
+    *lead, n, k = a.shape
+    m = b.shape[-1]
+    out = torch.bmm(a.reshape(-1, n, k), b.reshape(-1, k, m))  # (..., n, k) @ (..., k, m) -> (b, n, m)
+    return out.reshape(*lead, n, m)  # (b, n, m) -> (..., n, m)
+
+
+def layer_norm_as_means(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+    """LayerNorm over the last dim through means of a 4-D view (XNNPACK's global average pool)."""
+    import torch
+
+    if len(normalized_shape) != 1 or x.dim() < 2:
+        return NotImplemented
+    shape = x.shape
+    x4 = x.reshape(shape[0], -1, shape[-1], 1)  # (n, ..., c) -> (n, rows, c, 1)
+    centred = x4 - x4.mean((2, 3), keepdim=True)
+    y = (centred * torch.rsqrt((centred * centred).mean((2, 3), keepdim=True) + eps)).reshape(shape)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def select_as_slice(x, dim, index):
+    """x.select(dim, i) as a width-1 slice and a view (select_copy has no XNNPACK form)."""
+    dim = dim % x.dim()
+    start = index if index >= 0 else x.shape[dim] + index
+    kept = [size for i, size in enumerate(x.shape) if i != dim]
+    return x.narrow(dim, start, 1).reshape(kept)  # (..., 1, ...) -> (..., ...)
+
+
+def squeeze_as_view(x, dim=None):
+    """squeeze/unsqueeze as the view they are (XNNPACK takes static views, not squeeze_copy, and
+    unsqueeze_copy only on the last dim)."""
+    dims = range(x.dim()) if dim is None else [dim] if isinstance(dim, int) else dim
+    if any(not isinstance(x.shape[d], int) for d in dims):
+        return NotImplemented  # a dynamic size: whether it is 1 is only known at run time
+    dropped = {d % x.dim() for d in dims if x.shape[d] == 1}
+    return x.reshape([size for i, size in enumerate(x.shape) if i not in dropped])
+
+
+def unsqueeze_as_view(x, dim):
+    dim = dim % (x.dim() + 1)
+    shape = list(x.shape)
+    return x.reshape(shape[:dim] + [1] + shape[dim:])
+
+
+def xnnpack_forms(ep, precision: str):
+    """The exported program with the XNNPACK forms decomposed in, and {op: count} of what changed.
+
+    fp16 keeps LayerNorm as it is: the squares of large activations overflow in fp16."""
+    import torch
+
+    aten = torch.ops.aten
+    table = {aten.scaled_dot_product_attention.default: sdpa_as_bmm, aten.select.int: select_as_slice,
+             aten.matmul.default: matmul_as_bmm, aten.squeeze.dim: squeeze_as_view, aten.squeeze.dims: squeeze_as_view,
+             aten.unsqueeze.default: unsqueeze_as_view}
+    names = {aten.scaled_dot_product_attention.default: "scaled_dot_product_attention", aten.select.int: "select",
+             aten.matmul.default: "matmul", aten.squeeze.dim: "squeeze/unsqueeze",
+             aten.squeeze.dims: "squeeze/unsqueeze", aten.unsqueeze.default: "squeeze/unsqueeze"}
+    if precision != "fp16":
+        table[aten.layer_norm.default] = layer_norm_as_means
+        names[aten.layer_norm.default] = "layer_norm"
+    before = _count(ep, names)
+    decomposed = ep.run_decompositions(table)
+    after = _count(decomposed, names)  # what a form declined (NotImplemented) went PyTorch's way instead
+    used = {name: before[name] - after.get(name, 0) for name in before if before[name] - after.get(name, 0)}
+    return decomposed, used
+
+
+def _count(ep, names: dict) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and node.target in names:
+            counts[names[node.target]] = counts.get(names[node.target], 0) + 1
+    return counts

@@ -1,0 +1,67 @@
+"""Importing ExecuTorch quietly, or saying which extra brings it.
+
+Importing it logs a torch deprecation warning (from torchao), and the first XNNPACK load prints
+CPU-probe lines from C++ straight to file descriptor 2; neither says anything to a user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+
+from ...errors import BackendUnavailable
+
+INSTALL = "pip install 'vitexport[executorch]'"
+
+
+def missing(e: ImportError) -> BackendUnavailable:
+    return BackendUnavailable(f"{e.name or 'executorch'} is not installed: {INSTALL}")
+
+
+def import_exir():
+    """executorch.exir (export and lowering), or BackendUnavailable naming the extra."""
+    os.environ.setdefault("TQDM_DISABLE", "1")  # Core ML lowering draws progress bars over our output
+    try:
+        with _quiet_torch_log():
+            import executorch.exir as exir
+    except ImportError as e:
+        raise missing(e) from None
+    return exir
+
+
+def import_runtime():
+    """ExecuTorch's runtime singleton, or BackendUnavailable naming the extra."""
+    try:
+        with _quiet_torch_log():
+            from executorch.runtime import Runtime
+    except ImportError as e:
+        raise missing(e) from None
+    return Runtime.get()
+
+
+@contextlib.contextmanager
+def _quiet_torch_log():
+    logger = logging.getLogger("torch.utils._pytree")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def silenced_stderr():
+    """File descriptor 2 to /dev/null for the block (C++ writes bypass sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

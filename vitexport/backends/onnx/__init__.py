@@ -1,0 +1,164 @@
+"""ONNX: export with torch's legacy or dynamo exporter, run with ONNX Runtime, lint the graph, and
+localise a divergence to the first encoder block that leaves tolerance.
+
+export: the exporters. runner: ONNX Runtime sessions. providers: execution providers asked for and
+actually run. lint: static checks of the graph. localize: per-block comparison with PyTorch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..base import Artifact, Availability, Backend, BenchTarget, Diagnosis, RunOptions, output_names
+from .options import OnnxOptions
+
+
+def calibration_set(folder: str) -> dict:
+    """What calibrated an int8 graph: the folder, its image count and one digest over their bytes."""
+    import hashlib
+
+    from ...environment import sha256_file
+    from ...inputs import IMAGE_SUFFIXES
+
+    files = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    digest = hashlib.sha256("".join(sha256_file(p) for p in files).encode()).hexdigest()
+    return {"folder": str(Path(folder).resolve()), "images": len(files), "sha256": digest}
+
+
+class OnnxBackend(Backend):
+    name = "onnx"
+    suffix = ".onnx"
+    summary = "Export to ONNX, run it in ONNX Runtime and check it against PyTorch."
+    Options = OnnxOptions
+    tool_packages = ("onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu", "onnxruntime-directml")
+
+    def availability(self) -> Availability:
+        try:
+            import onnx  # noqa: F401
+            import onnxruntime  # noqa: F401
+        except ImportError as e:
+            return Availability(False, f"{e.name} is not installed")
+        return Availability(True)
+
+    def export(self, loaded, options: OnnxOptions, out_path: Path, upstream=None) -> Artifact:
+        from .export import export_onnx
+
+        calibration = None
+        if options.precision == "int8" and options.quant == "static":
+            from ...inputs import load_images
+
+            calibration = load_images(options.calibration_images, loaded.preprocessing, loaded.input_shape)[0]
+        info = export_onnx(loaded, options, out_path, calibration)
+        if calibration is not None:
+            info["int8"]["calibration"] = calibration_set(options.calibration_images)
+        return Artifact(out_path, self.name, precision=options.precision, input_names=[options.input_name],
+                        output_names=output_names(loaded, options), dynamic_batch=options.dynamic_batch, info=info)
+
+    def name_tag(self, options: OnnxOptions) -> str:
+        return "" if options.precision == "fp32" else f"-{options.precision}"
+
+    def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
+        from .runner import OnnxRuntimeRunner
+
+        return OnnxRuntimeRunner(Path(path), run.providers, run.threads, run.allow_fallback)
+
+    def files(self, path: Path, record) -> list[Path]:
+        data = record.info.get("external_data")
+        return [Path(path).with_name(data)] if data else []
+
+    def lint(self, path: Path, record):
+        from .lint import lint_onnx
+
+        return lint_onnx(path, record.dynamic_batch, record.precision)
+
+    def localize(self, loaded, path: Path, record, x, tol):
+        from .localize import localize_onnx
+
+        return localize_onnx(loaded, path, x, record.input_names[0], tol)
+
+    def candidates(self, target: str, calibration_images: str | None) -> list[tuple[str, OnnxOptions]]:
+        """fp32, fp32 slimmed, int8 dynamic, int8 static (with images to calibrate on), and fp16 where
+        the target has fp16 kernels (a GPU; ONNX Runtime's CPU runs fp16 graphs through casts, slower)."""
+        base = {"dynamic_batch": True}
+        found = [("fp32", OnnxOptions(**base)), ("fp32-slim", OnnxOptions(**base, optimize="slim")),
+                 ("int8-dynamic", OnnxOptions(**base, precision="int8"))]
+        if calibration_images:
+            found.append(("int8-static", OnnxOptions(**base, precision="int8", quant="static",
+                                                     calibration_images=calibration_images)))
+        if target == "cuda":
+            found.append(("fp16", OnnxOptions(**base, precision="fp16")))
+        return found
+
+    def refine(self, loaded, options: OnnxOptions, path: Path, record):
+        """int8 that failed its check: keep the encoder block that adds the most error in float."""
+        if options.precision != "int8":
+            return None
+        from dataclasses import replace
+
+        from ...inputs import random_pixels
+        from .localize import STEM, sensitive_blocks, stem_scopes
+
+        pre = loaded.preprocessing
+        x = random_pixels((4, *loaded.input_shape[1:]), 1, pre.get("mean"), pre.get("std"))
+        if not record.dynamic_batch:
+            x = x[:loaded.input_shape[0]]
+        ranked = sensitive_blocks(loaded, path, x, record.input_names[0])
+        if isinstance(ranked, str):
+            return None
+        for unit, added in ranked:
+            scopes = stem_scopes(path, loaded) if unit == STEM else (unit,)
+            if scopes and not set(scopes) <= set(options.search_keep):
+                note = f"keeping {unit} in float (it adds {added:.3g} relative error)"
+                return replace(options, search_keep=options.search_keep + tuple(scopes)), note
+        return None  # every block and the stem are float already: nothing left to try
+
+    def kept_float(self, options: OnnxOptions) -> list[str]:
+        return list(options.keep_fp32 + options.search_keep)
+
+    def bench_targets(self) -> list[BenchTarget]:
+        # A GPU row must never show CPU numbers under a GPU name: no fallback unless the user allows it.
+        return [BenchTarget("onnxruntime", self.name, RunOptions(providers=("CPUExecutionProvider",))),
+                BenchTarget("onnxruntime-cuda", self.name,
+                            RunOptions(providers=("CUDAExecutionProvider",), allow_fallback=False)),
+                BenchTarget("onnxruntime-tensorrt", self.name,
+                            RunOptions(providers=("TensorrtExecutionProvider",), allow_fallback=False))]
+
+    def bench_unavailable(self, target: BenchTarget) -> str | None:
+        here = self.availability()
+        if not here.ok:
+            return here.reason
+        if target.run.allow_fallback:
+            return None
+        from .providers import canonical, probe
+
+        for provider in target.run.providers:
+            loads, why = probe(provider)
+            if not loads:
+                return f"{canonical(provider)} does not start here: {why} (--allow-fallback accepts the CPU)"
+        return None
+
+    def diagnose(self) -> Diagnosis:
+        """The providers this ONNX Runtime lists, and which of them really start a session."""
+        import onnxruntime
+
+        from ...environment import versions
+        from .providers import probe
+
+        providers = {}
+        for name in onnxruntime.get_available_providers():
+            loads, why = probe(name)
+            providers[name] = {"loads": loads, "reason": why or None}
+        dist = ", ".join(f"{k} {v}" for k, v in versions(("onnxruntime*",)).items())
+        notes = [f"{dist}: providers that start: {', '.join(p for p, v in providers.items() if v['loads']) or 'none'}"]
+        notes += [f"{p} is listed but does not start: {v['reason']}" for p, v in providers.items() if not v["loads"]]
+        return Diagnosis(notes, {"onnxruntime": onnxruntime.__version__, "device": onnxruntime.get_device(),
+                                 "providers": providers})
+
+    def roofline_basis(self, provider: str | None) -> str | None:
+        p = (provider or "").lower()
+        if p == "cpuexecutionprovider":
+            return "cpu"
+        return "cuda" if "cuda" in p or "tensorrt" in p else None  # no rate measured for other devices
+
+
+BACKEND = OnnxBackend()

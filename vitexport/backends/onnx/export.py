@@ -1,0 +1,196 @@
+"""ONNX export with the legacy (TorchScript-based) or the dynamo (torch.export) exporter."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import warnings
+from pathlib import Path
+
+from ...environment import quiet_loggers
+from ...errors import ExportError
+from ..base import output_names
+from .options import OnnxOptions
+
+# Protobuf cannot serialise a message over 2 GiB: above this, weights go to an external file.
+EXTERNAL_DATA_THRESHOLD = 2_000_000_000
+
+
+def export_onnx(loaded, options: OnnxOptions, out_path: Path, calibration=None) -> dict:
+    """Write `out_path` (and `out_path.data` for models over 2 GB); return the facts the sidecar records.
+
+    The fp32 graph is exported first; `--optimize`, `--precision fp16` and `--precision int8` derive
+    the published graph from it (`calibration`: the static int8 images as an (N, C, H, W) array)."""
+    import onnx
+    import torch
+
+    # Trace at batch >= 2 when the batch is dynamic: the dynamo exporter specialises a size-1 dim.
+    batch = max(2, loaded.input_shape[0]) if options.dynamic_batch else loaded.input_shape[0]
+    example = torch.randn((batch, *loaded.input_shape[1:]), generator=torch.Generator().manual_seed(0))
+    with tempfile.TemporaryDirectory(dir=out_path.parent) as tmp:
+        work = Path(tmp)
+        raw = work / "raw.onnx"
+        exporter, fallback_reason = _export_any(loaded.model, example, raw, options, output_names(loaded, options))
+        info = {"opset_requested": options.opset, "exporter": exporter, "exporter_requested": options.exporter,
+                "exporter_fallback_reason": fallback_reason, "trace_batch": batch}
+        final = derive(raw, work, options, loaded, calibration, info)
+        model = onnx.load(str(final), load_external_data=True)
+    _embed_metadata(model, loaded, options)
+    weight_bytes = sum(len(t.raw_data) or 0 for t in model.graph.initializer)
+    external = weight_bytes > EXTERNAL_DATA_THRESHOLD
+    data_name = out_path.name + ".data"
+    onnx.save_model(model, str(out_path), save_as_external_data=external, all_tensors_to_one_file=True,
+                    location=data_name, size_threshold=1024)
+    try:
+        onnx.checker.check_model(str(out_path), full_check=True)
+    except Exception as e:
+        raise ExportError(f"onnx.checker rejected the exported model: {str(e).splitlines()[0]}") from None
+    # The dynamo exporter keeps its own opset when down-conversion fails: record what was written.
+    info["opset"] = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    info.update(external_data=data_name if external else None, ir_version=model.ir_version,
+                node_count=len(model.graph.node))
+    return info
+
+
+def derive(raw: Path, work: Path, options: OnnxOptions, loaded, calibration, info: dict) -> Path:
+    """The published graph from the exported fp32 one: optimised, then converted to fp16 or int8."""
+    graph = raw
+    if options.optimize != "none" or options.precision == "int8":
+        # int8 always starts from onnxslim's graph: measured faster than ONNX Runtime's own pre-processing.
+        chosen = "slim" if options.optimize in ("none", "auto") and options.precision == "int8" else options.optimize
+        graph = optimized(raw, work, chosen, loaded, info, measure=options.precision == "fp32")
+    if options.precision == "fp16":
+        from .fp16 import convert_file
+        from .quantize import matches
+
+        keep = ("LayerNormalization", "Softmax") + options.keep_fp32
+        target = work / "fp16.onnx"
+        info["fp16"] = convert_file(graph, target, lambda op, name: matches(keep, op, name))
+        return target
+    if options.precision == "int8":
+        from .quantize import quantize_for_ort
+
+        target = work / "int8.onnx"
+        info["int8"] = quantize_for_ort(graph, target, options, options.input_name, calibration)
+        info["int8"]["preprocessed_with"] = info["optimize"]["tool"]
+        return target
+    return graph
+
+
+def optimized(raw: Path, work: Path, how: str, loaded, info: dict, measure: bool) -> Path:
+    """Run the optimiser(s) asked for; with `measure`, time each against the plain graph here and keep
+    the plain graph when nothing is measurably faster (and say so)."""
+    from ...inputs import random_pixels
+    from .optimize import OPTIMIZERS, speedup
+
+    names = list(OPTIMIZERS) if how == "auto" else [how]
+    feed = {_input_name(raw): random_pixels((1, *loaded.input_shape[1:]), 0)}
+    results, best, best_gain = {}, raw, 1.0
+    for name in names:
+        target = work / f"{name}.onnx"
+        facts = OPTIMIZERS[name](raw, target)
+        if measure:
+            facts["speedup_batch1"] = round(speedup(raw, target, feed), 3)
+            if facts["speedup_batch1"] > best_gain * 1.02:  # 2%: below the noise of a short interleaved timing
+                best, best_gain = target, facts["speedup_batch1"]
+        else:
+            best = target
+        results[name] = facts
+    chosen = next((n for n in names if work / f"{n}.onnx" == best), None)
+    info["optimize"] = {"asked": how, "tool": results[chosen]["tool"] if chosen else None, "candidates": results,
+                        "gain": f"{best_gain:.2f}x at batch 1" if measure and chosen else
+                        ("none measurable at batch 1; the exported graph is kept" if measure else None)}
+    return best
+
+
+def _input_name(path: Path) -> str:
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {t.name for t in graph.initializer}
+    return next(v.name for v in graph.input if v.name not in initializers)
+
+
+def _export_any(model, example, path: Path, options: OnnxOptions, outputs: list[str]) -> tuple[str, str | None]:
+    """Run the requested exporter (or each of auto's in turn); return the one that worked."""
+    errors = []
+    for exporter in options.exporters():
+        try:
+            _torch_export(model, example, path, options, outputs, exporter)
+            return exporter, "; ".join(errors) or None
+        except ExportError as e:
+            errors.append(str(e))
+    hint = "" if options.exporter == "auto" else " (try --exporter auto)"
+    raise ExportError("; ".join(errors) + hint)
+
+
+def _root_cause(e: Exception) -> str:
+    """The informative line of an exporter error (dynamo's sits under 'Exception summary')."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "## Exception summary" in lines:
+        after = lines[lines.index("## Exception summary") + 1:]
+        if after:
+            return after[0].replace("<class '", "").replace("'>", "")
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"
+
+
+def _quiet_torch_logs():
+    """torch.export logs whole stack traces for failures we report in one line ourselves."""
+    return quiet_loggers("torch", "onnxscript", "onnx_ir", level=logging.CRITICAL)
+
+
+def _torch_export(model, example, path: Path, options: OnnxOptions, outputs: list[str], exporter: str) -> None:
+    import torch
+
+    from ...sources import export_mode
+
+    names = dict(input_names=[options.input_name], output_names=outputs)
+    try:
+        with torch.no_grad(), export_mode(), warnings.catch_warnings(), _quiet_torch_logs():
+            warnings.simplefilter("ignore")  # tracer chatter; real problems raise or fail parity
+            if exporter == "legacy":
+                axes = {name: {0: "batch"} for name in (options.input_name, *outputs)}
+                torch.onnx.export(model, (example,), str(path), dynamo=False, opset_version=options.opset,
+                                  dynamic_axes=axes if options.dynamic_batch else None, do_constant_folding=True,
+                                  **names)
+            else:
+                shapes = {"x": {0: torch.export.Dim("batch", min=1, max=4096)}} if options.dynamic_batch else None
+                program = torch.onnx.export(model, (example,), dynamo=True, opset_version=options.opset,
+                                            dynamic_shapes=_name_first_arg(model, shapes), optimize=True,
+                                            verbose=False, **names)
+                program.save(str(path), external_data=True)
+    except Exception as e:
+        raise ExportError(f"{exporter} exporter failed: {_root_cause(e)[:300]}") from None
+
+
+def _name_first_arg(model, shapes):
+    """dynamic_shapes is keyed by the forward's parameter name, which user models choose freely."""
+    if shapes is None:
+        return None
+    import inspect
+
+    params = [p for p in inspect.signature(model.forward).parameters if p != "self"]
+    return {params[0]: shapes["x"]} if params else None
+
+
+def _embed_metadata(model, loaded, options: OnnxOptions) -> None:
+    import json
+
+    from ... import __version__
+
+    model.producer_name, model.producer_version = "vitexport", __version__
+    meta = {
+        "vitexport.source": loaded.spec.model,
+        "vitexport.input_shape": json.dumps(list(loaded.input_shape)),
+        "vitexport.dynamic_batch": str(options.dynamic_batch).lower(),
+        "vitexport.preprocessing": json.dumps(loaded.preprocessing),
+    }
+    del model.metadata_props[:]
+    for key, value in meta.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+
+

@@ -1,0 +1,69 @@
+"""ONNX export options and the rules that hold before anything is exported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...errors import UsageError
+from ...options import option
+from ..base import ExportOptions
+
+EXPORTERS = ("auto", "legacy", "dynamo")
+# What each exporter of torch 2.x can write; below 17 LayerNorm is decomposed into primitive ops.
+OPSET_RANGE = {"legacy": (13, 20), "dynamo": (17, 23)}
+# auto: each exporter fails on models the other handles (legacy: shape arithmetic under a dynamic
+# batch; dynamo: 3-D scaled_dot_product_attention), so try legacy, then dynamo, and record which ran.
+AUTO_ORDER = ("legacy", "dynamo")
+PRECISIONS = ("fp32", "fp16", "int8")
+QUANT_MODES = ("dynamic", "static")
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+OPTIMIZERS = ("none", "slim", "ort", "auto")
+
+
+@dataclass(frozen=True)
+class OnnxOptions(ExportOptions):
+    opset: int = option(17, "ONNX opset (legacy exporter 13-20, dynamo 17-23).", minimum=1)
+    exporter: str = option("auto", "legacy (TorchScript-based), dynamo (torch.export), or auto: legacy, then "
+                                   "dynamo if it fails.", choices=EXPORTERS)
+    precision: str = option("fp32", "What the graph computes in: fp32, fp16 (LayerNorm and Softmax kept in fp32) "
+                                    "or int8 (ONNX Runtime quantization).", choices=PRECISIONS)
+    quant: str = option("dynamic", "int8 mode: dynamic (activations quantised at run time, no calibration) or "
+                                   "static (QDQ, calibrated on --calibration-images).", choices=QUANT_MODES)
+    calibration_images: str | None = option(None, "Images that calibrate static int8 (often the --images folder).")
+    calibration_method: str = option("minmax", "How static int8 picks activation ranges.",
+                                     choices=CALIBRATION_METHODS)
+    per_channel: bool = option(True, "int8 weight scales per output channel (symmetric) rather than per tensor.")
+    keep_fp32: tuple[str, ...] = option((), "Also keep these in float in int8/fp16 graphs: ONNX op types, node "
+                                            "names or globs such as /blocks.0/* (comma separated).")
+    search_keep: tuple[str, ...] = option((), "Encoder blocks (module paths) the accuracy search kept in float.",
+                                          cli=False)
+    optimize: str = option("none", "Graph optimisation before quantisation: onnxslim, ONNX Runtime's transformer "
+                                   "optimizer, or auto (each tried, kept only where it measures faster).",
+                           choices=OPTIMIZERS)
+
+    def exporters(self) -> tuple[str, ...]:
+        """The exporters to try, in order, that can write the requested opset."""
+        candidates = AUTO_ORDER if self.exporter == "auto" else (self.exporter,)
+        return tuple(e for e in candidates if OPSET_RANGE[e][0] <= self.opset <= OPSET_RANGE[e][1])
+
+    def check(self) -> None:
+        if not self.exporters():
+            candidates = AUTO_ORDER if self.exporter == "auto" else (self.exporter,)
+            ranges = ", ".join(f"{e} {OPSET_RANGE[e][0]}..{OPSET_RANGE[e][1]}" for e in candidates)
+            raise UsageError(f"--opset {self.opset} is not supported ({ranges})")
+        if self.calibration_images is not None and not Path(self.calibration_images).is_dir():
+            raise UsageError(f"--calibration-images: not a directory: {self.calibration_images}")
+        if self.precision == "int8" and self.quant == "static" and self.calibration_images is None:
+            raise UsageError("static int8 needs calibration images: give --calibration-images DIR")
+        if self.precision != "int8":
+            int8_only = (("--quant", self.quant, "dynamic"), ("--no-per-channel", self.per_channel, True),
+                         ("--calibration-images", self.calibration_images, None))
+            for flag, value, default in int8_only:
+                if value != default:
+                    raise UsageError(f"{flag} applies to --precision int8")
+        if self.precision == "fp32" and self.keep_fp32:
+            raise UsageError("--keep-fp32 applies to --precision int8 or fp16")
+        if self.precision == "int8" and self.optimize == "ort":
+            raise UsageError("--optimize ort fuses ops that then quantise slower; int8 graphs are prepared with "
+                             "onnxslim (--optimize slim)")

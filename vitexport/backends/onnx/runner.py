@@ -1,0 +1,48 @@
+"""ONNX Runtime execution of an .onnx artifact, on the providers asked for and available."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...errors import BackendUnavailable, RuntimeFailure
+from ..base import Runner
+from .providers import check_ran, ort_providers
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class OnnxRuntimeRunner(Runner):
+    def __init__(self, path: Path, providers: tuple[str, ...] = (), threads: int | None = None,
+                 allow_fallback: bool = True):
+        self.path, self.requested, self.threads, self.allow_fallback = path, list(providers), threads, allow_fallback
+        self.session = None
+
+    def open(self) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise BackendUnavailable("onnxruntime is not installed: pip install onnxruntime") from None
+        so = ort.SessionOptions()
+        so.log_severity_level = 3  # errors only: ORT warns loudly about providers it cannot load
+        if self.threads:
+            so.intra_op_num_threads, so.inter_op_num_threads = self.threads, 1
+        chosen = ort_providers(self.requested, self.allow_fallback)
+        try:
+            self.session = ort.InferenceSession(str(self.path), so, providers=chosen)
+        except Exception as e:
+            raise RuntimeFailure(f"ONNX Runtime cannot load {self.path}: {str(e).splitlines()[0]}") from None
+        # A provider this build has can still fail to start (no GPU, a missing libcudnn): report what
+        # ran, and refuse a fallback the caller did not allow.
+        self.provider = check_ran(self.session, self.requested, self.allow_fallback)
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def close(self) -> None:
+        self.session = None
+
+    def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
+        import numpy as np
+
+        outputs = self.session.run(None, {k: np.ascontiguousarray(v) for k, v in feed.items()})
+        return dict(zip(self.output_names, outputs))

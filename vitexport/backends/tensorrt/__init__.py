@@ -1,0 +1,155 @@
+"""TensorRT engines (Jetson and NVIDIA GPUs), built from the verified ONNX artifact.
+
+Building needs TensorRT (standard `tensorrt` 8.6/10/11 on the target, or TensorRT-RTX, which builds
+ahead of time with no GPU); running and checking an engine needs an NVIDIA GPU.
+
+generations: one face for TensorRT 8.6/10/11 and TensorRT-RTX. options: build options and their
+rules. build: the engine and its facts. iocheck: the engine keeps its ONNX's contract. runner:
+running an engine on a GPU. calibrator: int8 calibration. layers: the engine inspector's report.
+bundle: the Jetson folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...errors import BackendUnavailable
+from ..base import Artifact, Availability, Backend, Diagnosis, RunOptions, Upstream, output_names
+from .options import TensorRTOptions
+
+
+class TensorRTBackend(Backend):
+    name = "tensorrt"
+    suffix = ".engine"
+    summary = "Build a TensorRT engine from the verified ONNX; check it against PyTorch where a GPU runs it."
+    Options = TensorRTOptions
+    builds_from = "onnx"
+    extra = "tensorrt-rtx"
+    tool_packages = ("tensorrt*",)
+
+    def availability(self) -> Availability:
+        from . import generations
+
+        try:
+            trt = generations.load("auto")
+        except BackendUnavailable as e:
+            return Availability(False, str(e))
+        return Availability(True, trt.label)
+
+    def runs_here(self) -> Availability:
+        """Engines run only on an NVIDIA GPU (TensorRT-RTX: an RTX-class one); building works without."""
+        from ...environment import gpu_here
+        from . import generations
+        from .build import RTX_RUNS_ON
+
+        gpu = gpu_here()
+        if gpu is None:
+            return Availability(False, "running the engine needs an NVIDIA GPU; none is visible here")
+        try:
+            trt = generations.load("auto")
+        except BackendUnavailable as e:
+            return Availability(False, str(e))
+        if trt.flavour == "rtx" and gpu[1] not in RTX_RUNS_ON:
+            return Availability(False, f"TensorRT-RTX engines run on compute capability {', '.join(RTX_RUNS_ON)}; "
+                                       f"{gpu[0]} is {gpu[1]}")
+        return Availability(True, f"{gpu[0]} ({gpu[1]})")
+
+    def diagnose(self) -> Diagnosis:
+        """Flavour and version, whether a builder can be made here (standard TensorRT needs the GPU,
+        TensorRT-RTX does not), and where its engines can run."""
+        from ...environment import gpu_here, jetson_facts
+        from . import generations
+        from .build import RTX_RUNS_ON
+
+        trt = generations.load("auto")
+        builds, why = can_build(trt)
+        facts = {"flavour": trt.flavour, "version": trt.version, "cuda_major": trt.cuda_major(), "builds": builds,
+                 "build_error": why or None, "gpu": gpu_here(), **jetson_facts()}
+        note = f"{trt.label} " + ("builds engines here" if builds else f"cannot build here: {why}")
+        if trt.flavour == "rtx":
+            note += f" (ahead of time, no GPU needed); they run on compute capability {', '.join(RTX_RUNS_ON)}"
+        return Diagnosis([note], facts)
+
+    def name_tag(self, options: TensorRTOptions) -> str:
+        return "" if options.precision == "fp32" else f"-{options.precision}"
+
+    def upstream_options(self, options: TensorRTOptions):
+        from ..onnx.options import OnnxOptions
+
+        return OnnxOptions(dynamic_batch=options.dynamic, max_batch=options.profile_max if options.dynamic else None,
+                           input_name=options.input_name, output_name=options.output_name, opset=options.opset,
+                           exporter=options.exporter)
+
+    def export(self, loaded, options: TensorRTOptions, out_path: Path, upstream: Upstream | None = None) -> Artifact:
+        from .build import build_engine
+        from .iocheck import io_matches
+
+        onnx_path = upstream.path
+        calibration = self._calibration(loaded, options) if options.precision == "int8" else None
+        info = build_engine(onnx_path, options, out_path, input_name=options.input_name, calibration=calibration)
+        info["onnx_source"] = upstream.note
+        info["io_matches_onnx"] = io_matches(onnx_path, info["io"])
+        if options.bundle:
+            info["bundle"] = self._bundle(Path(options.bundle), loaded, options, onnx_path, out_path, calibration)
+        return Artifact(out_path, self.name, precision=options.precision, input_names=[options.input_name],
+                        output_names=upstream.record.output_names, dynamic_batch=options.dynamic, info=info)
+
+    @staticmethod
+    def _calibration(loaded, options: TensorRTOptions):
+        from ...inputs import load_images
+
+        return load_images(options.calibration_images, loaded.preprocessing, loaded.input_shape)[0]
+
+    @staticmethod
+    def _bundle(folder: Path, loaded, options: TensorRTOptions, onnx_path: Path, out_path: Path, calibration) -> dict:
+        from ...inputs import random_pixels
+        from ..eager import EagerRunner
+        from .bundle import write_bundle
+
+        pre = loaded.preprocessing
+        x = random_pixels((options.profile_opt, *loaded.input_shape[1:]), 7, pre.get("mean"), pre.get("std"))
+        first = output_names(loaded, options)[0]  # the bundle's check compares the first output
+        with EagerRunner(loaded.model, options.input_name, first) as reference:
+            logits = reference.run({options.input_name: x})[first]
+        files = write_bundle(folder, onnx_path, options, x, logits, options.input_name, first,
+                             fp16_onnx=out_path.with_suffix(".fp16.onnx"),
+                             qdq_onnx=out_path.with_suffix(".int8-qdq.onnx"), calibration=calibration)
+        return {"folder": str(folder.resolve()), "files": files}
+
+    def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
+        from .runner import TensorRTRunner
+
+        return TensorRTRunner(Path(path), record.info, record.options.get("builder", "auto"))
+
+    def check_batches(self, record, max_batch: int) -> list[int]:
+        """Every profile's min, opt and max."""
+        profiles = record.info.get("profiles") or []
+        return sorted({b for profile in profiles for b in profile}) or super().check_batches(record, max_batch)
+
+    def lint(self, path: Path, record):
+        """The ONNX the engine was built from, judged for the engine's precision (a decomposed
+        LayerNorm overflows in fp16): a static check, so it runs where the engine cannot."""
+        from ..onnx.lint import lint_onnx
+        from .runner import onnx_source
+
+        onnx = Path(onnx_source(path, record.info))
+        return lint_onnx(onnx, record.dynamic_batch, record.precision) if onnx.is_file() else []
+
+    def roofline_basis(self, provider: str | None) -> str | None:
+        return "cuda"
+
+
+def can_build(trt) -> tuple[bool, str]:
+    """Whether a builder and its config can be created here: where standard TensorRT finds no GPU,
+    this is where it says so."""
+    m = trt.module
+    try:
+        builder = m.Builder(m.Logger(m.Logger.ERROR))
+        if builder is None or builder.create_builder_config() is None:
+            return False, "TensorRT returned no builder (no usable GPU?)"
+    except Exception as e:  # pybind raises TypeError/RuntimeError for a failed CUDA initialisation
+        return False, (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return True, ""
+
+
+BACKEND = TensorRTBackend()

@@ -1,0 +1,72 @@
+"""Export-time freezes. Some models recompute a constant on every forward in a way an exporter
+cannot follow; a freeze computes it once at the export resolution, keeps it in a buffer and makes
+the module return it. The model then computes exactly what it did (the tests compare bit for bit),
+but only at that resolution, which is the one every vitexport artifact has (only the batch varies).
+
+Each freeze returns a note for the sidecar, or None when the model has nothing to freeze.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Callable
+
+
+def beit_relative_position_bias(model, height: int, width: int) -> str | None:
+    """BEiT rebuilds each layer's relative-position bias per forward (an index table written in place,
+    a bilinear resize of the bias table even at its own size): the dynamo ONNX exporter cannot view
+    the result and Core ML rejects the in-place writes."""
+    import torch
+    from transformers.models.beit.modeling_beit import BeitRelativePositionBias
+
+    patch = model.config.patch_size
+    window = (height // patch, width // patch)
+    frozen = 0
+    for module in model.modules():
+        if isinstance(module, BeitRelativePositionBias):
+            with torch.no_grad():
+                bias = module(window, interpolate_pos_encoding=False).clone()  # (1, heads, 1 + hw, 1 + hw)
+            module.register_buffer("frozen_bias", bias, persistent=False)
+            module.forward = types.MethodType(_frozen_bias, module)  # MethodType: deepcopy rebinds it
+            frozen += 1
+    if not frozen:
+        return None
+    return (f"BEiT relative-position bias of {frozen} module(s) computed once for the {window[0]}x{window[1]} "
+            f"patch grid ({height}x{width} input) and frozen: the dynamo ONNX exporter and Core ML cannot "
+            "convert its per-forward rebuild")
+
+
+def _frozen_bias(self, *args, **kwargs):
+    return self.frozen_bias
+
+
+def dinov2_position_embeddings(model, height: int, width: int) -> str | None:
+    """DINOv2 checkpoints are trained at 518x518 and run at 224x224, so every forward resizes the
+    position embeddings bicubically: Core ML has no bicubic upsample."""
+    import torch
+    from transformers.models.dinov2.modeling_dinov2 import Dinov2Embeddings
+
+    for module in model.modules():
+        if isinstance(module, Dinov2Embeddings):
+            patch_h, patch_w = module.patch_embeddings.patch_size
+            tokens = 1 + (height // patch_h) * (width // patch_w)  # class token + patch grid
+            # The method reads only the shape and dtype of the embeddings it is given.
+            shaped = torch.zeros(1, tokens, module.position_embeddings.shape[-1])
+            with torch.no_grad():
+                table = module.interpolate_pos_encoding(shaped, height, width).clone()  # (1, tokens, dim)
+            module.register_buffer("frozen_position_embeddings", table, persistent=False)
+            module.interpolate_pos_encoding = types.MethodType(_frozen_positions, module)
+            grid = module.position_embeddings.shape[1] - 1
+            return (f"DINOv2 position embeddings resized from {grid} to {tokens - 1} patches once for the "
+                    f"{height}x{width} input and frozen: Core ML has no bicubic upsample")
+    return None
+
+
+def _frozen_positions(self, embeddings, height, width):
+    return self.frozen_position_embeddings
+
+
+FREEZES: dict[str, Callable[..., str | None]] = {
+    "beit-relative-position-bias": beit_relative_position_bias,
+    "dinov2-position-embeddings": dinov2_position_embeddings,
+}

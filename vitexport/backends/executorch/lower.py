@@ -87,12 +87,14 @@ def _int8(program, loaded, options: ExecuTorchOptions, example, shapes, timings:
 
 
 def _forms(program, options: ExecuTorchOptions, timings: dict):
-    """The program with the XNNPACK forms where the options ask for them, and {op: {count, as}}."""
-    if not options.uses_xnnpack_forms:
+    """The program with the XNNPACK forms where the options ask for them (and XNNPACK's GELU
+    correction whenever it is the delegate), and {op: {count, as}}."""
+    if options.delegate != "xnnpack" and not options.uses_xnnpack_forms:
         return program, {}
     from .decompose import FORMS, xnnpack_forms
 
-    program, used = _stage("decompose", timings, lambda: xnnpack_forms(program, options.precision))
+    program, used = _stage("decompose", timings,
+                           lambda: xnnpack_forms(program, options.precision, speed=options.uses_xnnpack_forms))
     return program, {op: {"count": n, "as": FORMS[op]} for op, n in used.items()}
 
 

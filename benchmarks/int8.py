@@ -11,12 +11,15 @@
    vs unsigned weights, the head in float or not, and static QDQ over ONNX Runtime's default op set
    vs over the weight ops only; each with its cosine against PyTorch.
 
-Usage: python benchmarks/int8.py [OUT_DIR]   (writes OUT_DIR/int8.json and the bench reports)
+Usage: python benchmarks/int8.py [RESULTS]   (default benchmarks/results)
+Writes RESULTS/int8.json, RESULTS/int8.md and the bench reports beside them; the ONNX files go to
+RESULTS/artifacts/int8/, which git ignores.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -34,10 +37,10 @@ ROUNDS = 5
 
 def vit_b(out: Path) -> dict:
     spec = SourceSpec("base")
-    fp32 = api.export("onnx", spec, OnnxOptions(dynamic_batch=True), out / "artifacts")
-    int8 = api.export("onnx", spec, OnnxOptions(dynamic_batch=True, precision="int8"), out / "artifacts")
+    fp32 = api.export("onnx", spec, OnnxOptions(dynamic_batch=True), out)
+    int8 = api.export("onnx", spec, OnnxOptions(dynamic_batch=True, precision="int8"), out)
     report = api.bench(None, ["onnxruntime"], [1, 8], artifacts=[fp32["artifact"], int8["artifact"]], rounds=ROUNDS,
-                       budget_s=20.0, out_dir=out / "int8-base", label="int8 vs fp32")
+                       budget_s=20.0, out_dir=out / "bench", label="int8 vs fp32")
     p50 = {(r["precision"], r["batch_size"]): r["latency_ms"]["p50"] for r in report["results"]}
     return {"fp32_p50_ms": {b: p50[("fp32", b)] for b in (1, 8)}, "int8_p50_ms": {b: p50[("int8", b)] for b in (1, 8)},
             "int8_speedup": {b: p50[("fp32", b)] / p50[("int8", b)] for b in (1, 8)},
@@ -58,7 +61,10 @@ def digits(out: Path) -> dict:
     fp32 = api.export("onnx", spec, OnnxOptions(dynamic_batch=True), folder, images=holdout)
     ours = api.export("onnx", spec, OnnxOptions(dynamic_batch=True, precision="int8"), folder, images=holdout)
     plain = folder / "digits-ort-default-int8.onnx"
-    quantize_dynamic(fp32["artifact"], str(plain))  # ONNX Runtime's defaults, no pre-processing
+    from vitexport.backends.onnx.quantize import quiet_quantizer
+
+    with quiet_quantizer():
+        quantize_dynamic(fp32["artifact"], str(plain))  # ONNX Runtime's defaults, no pre-processing
     x, labels, _ = load_images(holdout, {"mean": [0.5], "std": [0.5]}, (1, 1, 8, 8))
 
     def top1(path) -> np.ndarray:
@@ -163,14 +169,53 @@ def ablation(out: Path) -> dict:
     return rows
 
 
-def main(out: Path) -> dict:
-    out.mkdir(parents=True, exist_ok=True)
-    result = {"fingerprint": fingerprint(), "vit_b": vit_b(out), "digits": digits(out), "optimize": optimize(out),
-              "int8_choices_vit_b_batch1": ablation(out)}
-    (out / "int8.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+def summary(result: dict) -> str:
+    """The numbers of int8.json as Markdown tables."""
+    vit, fp = result["vit_b"], result["fingerprint"]
+    lines = [f"# INT8 ONNX on {fp.get('cpu') or 'this CPU'}", "",
+             "ViT-B/16, ONNX Runtime CPU, p50 ms (cells taking turns over rounds):", "",
+             "| batch | fp32 | int8 | speed-up |", "|---|---|---|---|"]
+    for b in ("1", "8"):
+        fp32, int8, speedup = vit["fp32_p50_ms"][b], vit["int8_p50_ms"][b], vit["int8_speedup"][b]
+        lines.append(f"| {b} | {fp32:.1f} | {int8:.1f} | {speedup:.2f}x |")
+    cosine, size = vit["int8_cosine_vs_pytorch"], vit["int8_size_ratio"]
+    lines += ["", f"int8 cosine vs PyTorch {cosine:.5f}; file size x{size:.3f}.",
+              "", "Digits sample, held-out images:", "", "| model | accuracy | top-1 agreement | p50 ms (b=8) |",
+              "|---|---|---|---|"]
+    for name, row in result["digits"].items():
+        if isinstance(row, dict):
+            speed = f"{row['p50_ms_batch8']:.2f}" if "p50_ms_batch8" in row else ""
+            lines.append(f"| {name} | {row['accuracy']:.3f} | {row['top1_agreement_with_pytorch']:.3f} | {speed} |")
+    lines += [f"| PyTorch | {result['digits']['pytorch_accuracy']:.3f} | | |", "",
+              f"`vitexport optimize --config base`: chose {result['optimize']['chosen']}", "",
+              "| candidate | passed | p50 ms | speed-up | MB |", "|---|---|---|---|---|"]
+    for row in result["optimize"]["candidates"]:
+        p50 = f"{row['p50_ms']:.1f}" if row.get("p50_ms") else ""
+        speed = f"{row['speedup']:.2f}x" if row.get("speedup") else ""
+        size = f"{row['bytes'] / 1e6:.0f}" if row.get("bytes") else ""
+        lines.append(f"| {row['candidate']} | {row['passed']} | {p50} | {speed} | {size} |")
+    lines += ["", "The int8 choices, ViT-B/16 at batch 1 (one process, variants taking turns):", "",
+              "| variant | p50 ms | speed-up vs fp32 | cosine vs PyTorch |", "|---|---|---|---|"]
+    for name, row in result["int8_choices_vit_b_batch1"].items():
+        speedup, cosine = row["speedup_vs_fp32"], row["cosine_vs_pytorch"]
+        lines.append(f"| {name} | {row['p50_ms']:.1f} | {speedup:.2f}x | {cosine:.5f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(results: Path) -> dict:
+    work = results / "artifacts" / "int8"
+    work.mkdir(parents=True, exist_ok=True)
+    result = {"fingerprint": fingerprint(), "vit_b": vit_b(work), "digits": digits(work), "optimize": optimize(work),
+              "int8_choices_vit_b_batch1": ablation(work)}
+    for kind, path in result["vit_b"].pop("report").items():  # the small reports beside int8.json
+        target = results / f"bench-int8-base{Path(path).suffix}"
+        shutil.copyfile(path, target)
+        result["vit_b"].setdefault("reports", {})[kind] = target.name
+    (results / "int8.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (results / "int8.md").write_text(summary(json.loads((results / "int8.json").read_text())))
     return result
 
 
 if __name__ == "__main__":
-    summary = main(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"))
-    print(json.dumps({k: v for k, v in summary.items() if k != "fingerprint"}, indent=2, default=str))
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results"))
+    print((Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results") / "int8.md").read_text())

@@ -172,7 +172,8 @@ def ablation(out: Path) -> dict:
 def summary(result: dict) -> str:
     """The numbers of int8.json as Markdown tables."""
     vit, fp = result["vit_b"], result["fingerprint"]
-    lines = [f"# INT8 ONNX on {fp.get('cpu') or 'this CPU'}", "",
+    features = ", ".join(fp.get("cpu_features") or []) or "features unknown"
+    lines = [f"# INT8 ONNX on {fp.get('cpu') or 'this CPU'} ({fp.get('logical_cores')} cores; {features})", "",
              "ViT-B/16, ONNX Runtime CPU, p50 ms (cells taking turns over rounds):", "",
              "| batch | fp32 | int8 | speed-up |", "|---|---|---|---|"]
     for b in ("1", "8"):

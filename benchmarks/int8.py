@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from vitexport import api
+from vitexport.backends.eager import EagerRunner
 from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.fingerprint import fingerprint
-from vitexport.sources import SourceSpec
+from vitexport.sources import SourceSpec, load
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 5
@@ -71,7 +72,8 @@ def digits(out: Path) -> dict:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         return session.run(None, {"pixel_values": x})[0].argmax(1)
 
-    reference = top1(fp32["artifact"])
+    with EagerRunner(load(spec).model) as pytorch:
+        reference = pytorch.run({"pixel_values": x})["logits"].argmax(1)
     truth = np.asarray(labels)
     rows = {}
     for name, path in (("fp32", fp32["artifact"]), ("vitexport int8", ours["artifact"]),
@@ -115,10 +117,8 @@ def ablation(out: Path) -> dict:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from vitexport.backends.eager import EagerRunner
     from vitexport.backends.onnx.quantize import ImageReader, head_nodes, quiet_quantizer
     from vitexport.inputs import load_images, random_pixels
-    from vitexport.sources import load
 
     folder = out / "ablation"
     folder.mkdir(parents=True, exist_ok=True)
@@ -152,7 +152,14 @@ def ablation(out: Path) -> dict:
     x = random_pixels((1, 3, 224, 224), 1, loaded.preprocessing["mean"], loaded.preprocessing["std"])
     with EagerRunner(loaded.model) as reference:
         ref = reference.run({"pixel_values": x})["logits"].ravel().astype(np.float64)
-    sessions = {name: ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for name, p in paths.items()}
+    settings = ort.SessionOptions()
+    # Nine sessions in one process: idle threads spinning after a run would slow the next session down.
+    settings.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sessions = {name: ort.InferenceSession(str(p), settings, providers=["CPUExecutionProvider"])
+                for name, p in paths.items()}
+    for session in sessions.values():  # warm-up: first runs allocate and pick kernels
+        for _ in range(3):
+            session.run(None, {"pixel_values": x})
     times: dict[str, list[float]] = {name: [] for name in sessions}
     for _ in range(15):  # every variant once per round, in turn
         for name, session in sessions.items():
@@ -188,7 +195,8 @@ def summary(result: dict) -> str:
             speed = f"{row['p50_ms_batch8']:.2f}" if "p50_ms_batch8" in row else ""
             lines.append(f"| {name} | {row['accuracy']:.3f} | {row['top1_agreement_with_pytorch']:.3f} | {speed} |")
     lines += [f"| PyTorch | {result['digits']['pytorch_accuracy']:.3f} | | |", "",
-              f"`vitexport optimize --config base`: chose {result['optimize']['chosen']}", "",
+              f"`vitexport optimize --config base --images samples/images`: chose {result['optimize']['chosen']}",
+              "",
               "| candidate | passed | p50 ms | speed-up | MB |", "|---|---|---|---|---|"]
     for row in result["optimize"]["candidates"]:
         p50 = f"{row['p50_ms']:.1f}" if row.get("p50_ms") else ""

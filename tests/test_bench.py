@@ -201,3 +201,22 @@ def test_rounds_take_turns_and_pool_their_samples(tmp_path):
     merged = pooled([a, b], 1)
     assert merged["latency_ms"]["p50"] == pytest.approx(2.5) and merged["iterations"] == 4
     assert merged["load_s"] == 0.5 and merged["first_inference_ms"] == 9.0 and merged["peak_rss_mb"] == 30.0
+
+
+def test_a_cell_that_fails_in_a_later_round_is_not_run_again(tmp_path, monkeypatch):
+    from vitexport import api, benchrun
+    from vitexport.sources import SourceSpec
+
+    calls = []
+    real = benchrun.run_worker
+
+    def flaky(job, threads):  # round 1 measures, round 2 fails, round 3 must not run
+        calls.append(job["batch"])
+        return real(job, threads) if len(calls) == 1 else {"ok": False, "reason": "worker died"}
+
+    monkeypatch.setattr(benchrun, "run_worker", flaky)
+    report = api.bench(SourceSpec("tiny", overrides={"depth": 1}), ["torch"], [1], iters=3, warmup_iters=0,
+                       warmup_s=0, budget_s=None, out_dir=tmp_path, roofline=False, rounds=3)
+    row = report["results"][0]
+    assert len(calls) == 2 and row["available"] is False and row["reason"] == "worker died"
+    assert "rounds" not in row and "latency_ms" not in row

@@ -146,6 +146,18 @@ def test_a_missing_library_says_which_extra_to_install(monkeypatch):
     assert verdict["run"]["ok"] is False and verdict["notes"] == ["pip install 'vitexport[coreml]'"]
 
 
+def test_a_backend_that_runs_but_cannot_export_here_is_still_diagnosed(monkeypatch):
+    """An engine built elsewhere can run where no builder is installed: diagnosed, no install hint."""
+    from vitexport.backends.torchscript import TorchScriptBackend
+
+    monkeypatch.setattr(TorchScriptBackend, "availability", lambda self: Availability(False, "no builder here"))
+    monkeypatch.setattr(TorchScriptBackend, "runs_here", lambda self: Availability(True))
+    monkeypatch.setattr(TorchScriptBackend, "diagnose", lambda self: doctor.Diagnosis(notes=["diagnosed"]))
+    verdict = doctor.backend_verdict("torchscript")
+    assert verdict["export"]["ok"] is False and verdict["run"]["ok"] is True
+    assert verdict["notes"] == ["diagnosed"]
+
+
 def test_an_unimportable_backend_is_reported(monkeypatch):
     monkeypatch.setitem(backends.REGISTRY, "ghost", "no_such_package_for_vitexport")
     verdict = doctor.backend_verdict("ghost")

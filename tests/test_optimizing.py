@@ -49,3 +49,21 @@ def test_refuses_when_no_candidate_passes(tmp_path):
 def test_bad_target_is_exit_2(tmp_path):
     result = invoke("optimize", "--config", "tiny", "--target", "tpu", "--out", tmp_path)
     assert result.exit_code == 2 and "--target must be one of cpu, cuda" in result.stderr
+
+
+def test_bad_bench_settings_are_exit_2_before_any_candidate(tmp_path):
+    result = invoke("optimize", "--config", "tiny", "--batch", "0", "--out", tmp_path)
+    assert result.exit_code == 2 and "--batch" in result.stderr
+    assert not (tmp_path / "candidates").exists()
+
+
+def test_a_target_that_cannot_run_here_is_exit_3_before_any_candidate(tmp_path, monkeypatch):
+    from vitexport import backends
+
+    onnx = type(backends.get("onnx"))
+    monkeypatch.setattr(onnx, "bench_unavailable", lambda self, target: "no CUDA provider in this onnxruntime"
+                        if target.name == "onnxruntime-cuda" else None)
+    result = invoke("optimize", "--config", "tiny", "--target", "cuda", "--out", tmp_path)
+    assert result.exit_code == 3, result.stderr
+    assert "onnxruntime-cuda cannot run here: no CUDA provider" in result.stderr
+    assert not (tmp_path / "candidates").exists()

@@ -103,14 +103,16 @@ def measure_all(spec: SourceSpec | None, targets: list[str], batches: list[int],
     progress.step("timing", total=len(cells) * rounds)
     for r in range(rounds):
         for row, job, be, source in cells[r % len(cells):] + cells[:r % len(cells)] if cells else []:
+            if row.get("available") is False:  # failed in an earlier round: not run again
+                progress.advance()
+                continue
             progress.note(f"{row['backend']} ({row['precision']}) at batch {row['batch_size']}"
                           + (f", round {r + 1}/{rounds}" if rounds > 1 else ""))
             measured = run_worker(job, job["threads"])
             progress.advance()
-            if row.get("available") is False:
-                continue
             if not measured.pop("ok"):
                 row.update(available=False, reason=measured["reason"])
+                row.pop("rounds", None)  # a failed cell reports its reason, not its earlier samples
                 continue
             row.setdefault("rounds", []).append(measured)
     for row, job, be, source in cells:

@@ -74,7 +74,7 @@ def backend_verdict(name: str) -> dict[str, Any]:
                 "run": asdict(Availability(False, reason)), "notes": [], "facts": {}, "bench": []}
     export = tried(be.availability) if be.exports else None
     run = tried(be.runs_here)
-    usable = (export or run).ok
+    usable = (export is not None and export.ok) or run.ok
     diagnosis = tried_diagnosis(be) if usable else Diagnosis()
     if not usable and be.extra:
         diagnosis.notes.append(f"pip install 'vitexport[{be.extra}]'")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from . import backends, sidecar
-from .errors import ParityError, UsageError
+from .errors import BackendUnavailable, ParityError, UsageError
 from .pipeline import Gate, export
 from .progress import ProgressLike, as_progress
 from .sources import SourceSpec
@@ -22,7 +22,7 @@ def optimize(spec: SourceSpec, *, backend: str = "onnx", target: str = "cpu", im
              budget_s: float = 5.0, progress: ProgressLike = None) -> dict[str, Any]:
     """Return {"candidates": [...], "chosen": label or None, "artifact": path or None, "bench": report}."""
     progress = as_progress(progress)
-    from .benchrun import bench
+    from .benchrun import bench, check_settings
     from .sources import load
     from .staging import prepare_out_dir
 
@@ -31,6 +31,11 @@ def optimize(spec: SourceSpec, *, backend: str = "onnx", target: str = "cpu", im
     be = backends.get(backend)
     gate = gate or Gate()
     gate.check()
+    check_settings(list(batches), threads, 0, min(1.0, budget_s), None, budget_s)  # before any export
+    timer = backends.bench_targets()[TARGETS[target]]
+    why = backends.get(timer.backend).bench_unavailable(timer)
+    if why:  # every candidate would pass and none could be timed
+        raise BackendUnavailable(f"--target {target}: {timer.name} cannot run here: {why}")
     out = prepare_out_dir(out_dir)
     stem = name or load(spec).name + "-optimized"
     work = out / "candidates"

@@ -1,5 +1,5 @@
-"""How the CLI shows progress: rich bars on stderr when it is a terminal, today's short "… step"
-lines when it is a file or a pipe (a log keeps one line per step, not redrawn bars), nothing with
+"""How the CLI shows progress: rich bars on stderr when it is a terminal, short "… step" lines
+when it is a file or a pipe (a log keeps one line per step, not redrawn bars), nothing with
 --quiet or when stdout carries JSON. The library only calls the `vitexport.progress` protocol.
 Imported by CLI commands when they run, never by `vitexport --help`."""
 

@@ -5,7 +5,7 @@
 // with <version> the release of the executorch that wrote the .pte (the sidecar's tools.executorch).
 // The AAR carries the runtime, the XNNPACK delegate and the portable, optimized and quantized kernels
 // for arm64-v8a and x86_64; there is no Core ML on Android, so export with --delegate xnnpack
-// (fp32, fp16 or int8) or portable.
+// (fp32 or int8; this sample feeds float32, so not an fp16 program, which takes float16) or portable.
 //
 // Input layout: one float32 tensor, NCHW [1, 3, H, W] (H, W: the sidecar's input_shape), pixels scaled
 // to 0-1 and normalised with the sidecar's source.preprocessing mean/std. A --dynamic-batch program

@@ -17,8 +17,8 @@ ARCHS = sorted(ARCHITECTURES)
 # its loading is tested for ONNX; tracing and converting that class again would test nothing new.
 OWN_CLASS = [name for name in ARCHS if not ARCHITECTURES[name].loads_as]
 DIRECT = [be.name for be in backends.exporters() if be.builds_from is None and be.name != "onnx"]
-# The dynamo exporter where it once failed: BEiT without its frozen bias, SigLIP's single-query attention
-# pooling (a reshape to [1, batch, d] the baked-batch lint used to flag). The legacy one runs first by default.
+# The dynamo exporter where it is most fragile: BEiT without its frozen bias, SigLIP's single-query attention
+# pooling (a reshape to [1, batch, d] that must not be taken for a baked batch). The legacy one runs first by default.
 DYNAMO = [name for name in ARCHS if "beit-relative-position-bias" in ARCHITECTURES[name].freezes]
 DYNAMO.append("SiglipVisionModel")
 

@@ -145,6 +145,7 @@ def test_optimisers_are_verified_and_say_what_they_bought(out_dir, how):
     ({"precision": "int8", "quant": "static", "calibration_images": "{empty}"}, "no images"),
     ({"precision": "int8", "keep_fp32": ("/no/such/node",)}, "--keep-fp32: no node or op type"),
     ({"precision": "int8", "optimize": "ort"}, "--optimize ort fuses ops"),
+    ({"precision": "fp16", "optimize": "auto"}, "--optimize auto keeps what runs faster on this CPU"),
     ({"precision": "fp32", "keep_fp32": ("Softmax",)}, "--keep-fp32 applies to"),
     ({"quant": "static"}, "--quant applies to --precision int8"),
     ({"precision": "int4"}, "--precision must be one of"),
@@ -193,3 +194,13 @@ def test_the_sidecar_records_the_calibration_set_and_what_stayed_float(out_dir, 
     assert {why for why in kept.values()} == {"classifier head", "--keep-fp32"}
     assert all(name.startswith("/blocks.1/") for name, why in kept.items() if why == "--keep-fp32")
     assert record.options["keep_fp32"] == ["/blocks.1/*"] and record.info["int8"]["calibration"]["images"] > 0
+
+
+def test_names_tell_precisions_schemes_and_optimisations_apart():
+    from vitexport import backends
+
+    be = backends.get("onnx")
+    tags = [be.name_tag(OnnxOptions(**o)) for o in (
+        {}, {"precision": "fp16"}, {"precision": "int8"}, {"precision": "int8", "quant": "static"},
+        {"optimize": "slim"}, {"optimize": "ort"}, {"precision": "fp16", "optimize": "slim"})]
+    assert tags == ["", "-fp16", "-int8", "-int8-static", "-slim", "-ort", "-fp16-slim"]

@@ -45,14 +45,3 @@ def exporters() -> list["Backend"]:
 def bench_targets() -> dict[str, "BenchTarget"]:
     """Every backend's bench targets by name ("torch", "onnxruntime-cuda", ...)."""
     return {t.name: t for be in all_backends() for t in be.bench_targets()}
-
-
-def for_artifact(path) -> str:
-    """The backend that owns an artifact, by its suffix."""
-    from pathlib import Path
-
-    suffix = Path(path).suffix
-    for be in exporters():
-        if be.suffix == suffix:
-            return be.name
-    raise UsageError(f"no backend handles {suffix or 'suffix-less'} files ({path})")

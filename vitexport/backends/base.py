@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from ..checks import Divergence, Finding
     from ..parity import Tolerance
-    from ..record import ArtifactRecord
+    from ..sidecar import ArtifactRecord
     from ..sources import LoadedModel
 
 DEFAULT_MAX_BATCH = 8  # the largest batch a dynamic-batch artifact is checked at unless told otherwise

@@ -24,7 +24,7 @@ def directory(text: str) -> Path:
     path = Path(text)
     if not path.is_dir():
         raise SourceError(f"hf:{text} is not a directory; vitexport reads folders written by save_pretrained and "
-                          "never downloads (fetch a hub model first: huggingface-cli download ID --local-dir DIR)")
+                          "never downloads (fetch a hub model first: hf download ID --local-dir DIR)")
     if not (path / CONFIG).is_file():
         raise SourceError(f"hf:{text} has no {CONFIG}: not a save_pretrained directory")
     return path

@@ -37,12 +37,6 @@ def check_whole(path: Path) -> None:
         raise RuntimeFailure(f"{path.name} is truncated: {size} bytes of the {expected} its header declares")
 
 
-def delegate_ids(path: Path) -> list[str]:
-    """The backend id of every delegate call in the program, in order."""
-    program = _program(path).program
-    return [d.id for plan in program.execution_plan for d in plan.delegates]
-
-
 def extract_coreml(path: Path, out_dir: Path) -> list[dict]:
     """Unpack each Core ML delegate's files under `out_dir/model_<i>/`; return their metadata
     ({"inputNames", "outputNames", "package": path of the .mlpackage}).

@@ -55,7 +55,12 @@ class OnnxBackend(Backend):
                         output_names=output_names(loaded, options), dynamic_batch=options.dynamic_batch, info=info)
 
     def name_tag(self, options: OnnxOptions) -> str:
-        return "" if options.precision == "fp32" else f"-{options.precision}"
+        tag = "" if options.precision == "fp32" else f"-{options.precision}"
+        if options.precision == "int8" and options.quant == "static":
+            tag += "-static"
+        if options.optimize != "none" and options.precision != "int8":  # int8 is always slimmed first
+            tag += f"-{options.optimize}"
+        return tag
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
         from .runner import OnnxRuntimeRunner

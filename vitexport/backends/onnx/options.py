@@ -64,6 +64,9 @@ class OnnxOptions(ExportOptions):
                     raise UsageError(f"{flag} applies to --precision int8")
         if self.precision == "fp32" and self.keep_fp32:
             raise UsageError("--keep-fp32 applies to --precision int8 or fp16")
+        if self.precision == "fp16" and self.optimize == "auto":
+            raise UsageError("--optimize auto keeps what runs faster on this CPU, which says nothing of fp16 on a "
+                             "GPU: choose --optimize slim or ort")
         if self.precision == "int8" and self.optimize == "ort":
             raise UsageError("--optimize ort fuses ops that then quantise slower; int8 graphs are prepared with "
                              "onnxslim (--optimize slim)")

@@ -89,6 +89,17 @@ def test_rows_that_cannot_be_compared_are_listed_with_the_reason():
     assert [c["row"] for c in comparison["compared"]] == ["torch fp32 batch 1"]
 
 
+def test_artifacts_of_one_backend_and_precision_are_told_apart():
+    """int8 dynamic and static artifacts timed in one run: each is compared with itself only."""
+    def rows(dynamic, static):
+        return [{**row("onnxruntime", 1, dynamic, precision="int8"), "artifact": "base-int8.onnx"},
+                {**row("onnxruntime", 1, static, precision="int8"), "artifact": "base-int8-static.onnx"}]
+
+    comparison = regression.compare_bench(bench_report(rows(10.0, 20.0)), bench_report(rows(10.0, 10.0)), "old.json")
+    assert [c["row"] for c in comparison["regressions"]] == ["onnxruntime int8 batch 1 (base-int8-static.onnx)"]
+    assert len(comparison["compared"]) == 2 and comparison["unmatched"] == []
+
+
 @pytest.mark.parametrize("field,old,new", [("cpu", "Xeon", "EPYC"), ("threads", 2, 4), ("gpus", ["none"], ["H100"]),
                                            ("jetson_power_mode", "MAXN", "15W"),
                                            ("jetson_clocks", "locked", "dynamic")])
@@ -203,8 +214,8 @@ def test_a_real_bench_against_a_forged_baseline(tmp_path):
                     "--baseline", tmp_path / "forged.json")
     assert result.exit_code == 5, result.stderr
     data = json.loads((tmp_path / "b.json").read_text())
-    assert [c["row"] for c in data["baseline"]["regressions"]] == ["onnxruntime fp32 batch 1"]
-    assert "onnxruntime fp32 batch 1" in result.stderr and "torch fp32" not in result.stderr
+    assert [c["row"] for c in data["baseline"]["regressions"]] == ["onnxruntime fp32 batch 1 (tiny-depth1.onnx)"]
+    assert "onnxruntime fp32 batch 1 (tiny-depth1.onnx)" in result.stderr and "torch fp32" not in result.stderr
 
 
 # --- verify --baseline ---------------------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 baseline beyond the margin? The comparison goes into the result (JSON, tables); the caller raises
 RegressionError (exit 5) when `regressed` says so.
 
-Bench rows are compared only between like runs: the same backend, precision and batch size, the
-same model and input shape, on the same kind of machine with the same threads (`MACHINE_FIELDS`).
+Bench rows are compared only between like runs: the same backend, precision, batch size and
+artifact file name, the same model and input shape, on the same kind of machine with the same threads (`MACHINE_FIELDS`).
 Library versions, driver, OS and Python may differ: catching what an upgrade did is the point.
 Rows that cannot be compared are listed with the reason, never dropped.
 """
@@ -82,12 +82,14 @@ def machine_differences(new: dict, old: dict) -> dict[str, list]:
 
 
 def _key(row: dict) -> tuple:
-    return row.get("backend"), row.get("precision"), row.get("batch_size")
+    # The artifact's file name too: one report may time several artifacts of one backend and
+    # precision (int8 dynamic and static, say), which must not be compared with each other.
+    return row.get("backend"), row.get("precision"), row.get("batch_size"), row.get("artifact")
 
 
 def _name(key: tuple) -> str:
-    backend, precision, batch = key
-    return f"{backend} {precision} batch {batch}"
+    backend, precision, batch, artifact = key
+    return f"{backend} {precision} batch {batch}" + (f" ({artifact})" if artifact else "")
 
 
 def threshold(new_row: dict, old_row: dict, max_slowdown: float | None) -> float:

@@ -3,7 +3,8 @@ baseline beyond the margin? The comparison goes into the result (JSON, tables); 
 RegressionError (exit 5) when `regressed` says so.
 
 Bench rows are compared only between like runs: the same backend, precision, batch size and
-artifact file name, the same model and input shape, on the same kind of machine with the same threads (`MACHINE_FIELDS`).
+artifact file name, the same model and input shape, on the same kind of machine with the same
+threads (`MACHINE_FIELDS`).
 Library versions, driver, OS and Python may differ: catching what an upgrade did is the point.
 Rows that cannot be compared are listed with the reason, never dropped.
 """

@@ -9,6 +9,7 @@ import os
 import warnings
 from pathlib import Path
 
+from ...environment import quiet_loggers
 from ...errors import BackendUnavailable, ExportError, UsageError
 from ..base import output_names
 from .options import COMPRESSIONS, CoreMLOptions, read_labels
@@ -18,7 +19,8 @@ def import_coremltools():
     logging.getLogger("coremltools").setLevel(logging.ERROR)  # it warns about every macOS-only proxy
     os.environ.setdefault("TQDM_DISABLE", "1")  # conversion progress bars would bury our own output
     try:
-        with warnings.catch_warnings():
+        # coremltools imports torchao where installed, which logs a torch deprecation on import.
+        with warnings.catch_warnings(), quiet_loggers("torch.utils._pytree"):
             warnings.simplefilter("ignore")
             import coremltools as ct
     except ImportError:

@@ -7,10 +7,10 @@ CPU-probe lines from C++ straight to file descriptor 2; neither says anything to
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 
+from ...environment import quiet_loggers
 from ...errors import BackendUnavailable
 
 INSTALL = "pip install 'vitexport[executorch]'"
@@ -24,7 +24,7 @@ def import_exir():
     """executorch.exir (export and lowering), or BackendUnavailable naming the extra."""
     os.environ.setdefault("TQDM_DISABLE", "1")  # Core ML lowering draws progress bars over our output
     try:
-        with _quiet_torch_log():
+        with quiet_loggers("torch.utils._pytree"):
             import executorch.exir as exir
     except ImportError as e:
         raise missing(e) from None
@@ -34,22 +34,11 @@ def import_exir():
 def import_runtime():
     """ExecuTorch's runtime singleton, or BackendUnavailable naming the extra."""
     try:
-        with _quiet_torch_log():
+        with quiet_loggers("torch.utils._pytree"):
             from executorch.runtime import Runtime
     except ImportError as e:
         raise missing(e) from None
     return Runtime.get()
-
-
-@contextlib.contextmanager
-def _quiet_torch_log():
-    logger = logging.getLogger("torch.utils._pytree")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -137,14 +135,6 @@ class MilProgram:
         return array.astype(np.float32) if array.dtype.kind == "f" else array.copy()
 
 
-def _quiet_coremltools():
-    logging.getLogger("coremltools").setLevel(logging.ERROR)  # it warns about every macOS-only proxy
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import coremltools as ct
-    return ct
-
-
 def load_program(source, function: str | None = None, weights_dir: str | Path | None = None) -> MilProgram:
     """Read an ML program into an executable MilProgram.
 
@@ -152,7 +142,9 @@ def load_program(source, function: str | None = None, weights_dir: str | Path | 
     (then `weights_dir` names its weight blobs, if it has any). `function` picks the function to run:
     by default `main`, else the model's default function.
     """
-    ct = _quiet_coremltools()
+    from ..convert import import_coremltools
+
+    ct = import_coremltools()
     from coremltools.converters.mil.frontend.milproto.load import load as load_milproto
 
     if isinstance(source, (str, Path)):

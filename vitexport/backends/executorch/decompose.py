@@ -117,18 +117,17 @@ def xnnpack_forms(ep, precision: str, speed: bool = True):
     import torch
 
     aten = torch.ops.aten
-    table = {aten.gelu.default: gelu_tanh_as_formula}
-    names = {aten.gelu.default: "gelu(tanh)"}
+    forms = {aten.gelu.default: (gelu_tanh_as_formula, "gelu(tanh)")}  # op -> (form, name recorded)
     if speed:
-        table.update({aten.scaled_dot_product_attention.default: sdpa_as_bmm, aten.select.int: select_as_slice,
-                      aten.matmul.default: matmul_as_bmm, aten.squeeze.dim: squeeze_as_view,
-                      aten.squeeze.dims: squeeze_as_view, aten.unsqueeze.default: unsqueeze_as_view})
-        names.update({aten.scaled_dot_product_attention.default: "scaled_dot_product_attention",
-                      aten.select.int: "select", aten.matmul.default: "matmul", aten.squeeze.dim: "squeeze/unsqueeze",
-                      aten.squeeze.dims: "squeeze/unsqueeze", aten.unsqueeze.default: "squeeze/unsqueeze"})
+        forms.update({aten.scaled_dot_product_attention.default: (sdpa_as_bmm, "scaled_dot_product_attention"),
+                      aten.select.int: (select_as_slice, "select"), aten.matmul.default: (matmul_as_bmm, "matmul"),
+                      aten.squeeze.dim: (squeeze_as_view, "squeeze/unsqueeze"),
+                      aten.squeeze.dims: (squeeze_as_view, "squeeze/unsqueeze"),
+                      aten.unsqueeze.default: (unsqueeze_as_view, "squeeze/unsqueeze")})
     if speed and precision != "fp16":
-        table[aten.layer_norm.default] = layer_norm_as_means
-        names[aten.layer_norm.default] = "layer_norm"
+        forms[aten.layer_norm.default] = (layer_norm_as_means, "layer_norm")
+    table = {op: form for op, (form, _) in forms.items()}
+    names = {op: name for op, (_, name) in forms.items()}
     before = _count(ep, names)
     decomposed = ep.run_decompositions(table)
     after = _count(decomposed, names)  # what a form declined (NotImplemented) went PyTorch's way instead

@@ -11,7 +11,6 @@ Rows that cannot be compared are listed with the reason, never dropped.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -37,10 +36,9 @@ NOISE_SHARE = 0.001
 
 
 def read_json(path: Path, what: str) -> dict:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"cannot read --baseline {path}: {e}") from None
+    from . import jsonfile
+
+    data = jsonfile.read_json(Path(path), "--baseline")
     if not isinstance(data, dict):
         raise UsageError(f"--baseline {path} is not {what}")
     return data

@@ -548,10 +548,9 @@ def write_all(report: dict, stem: Path) -> dict[str, str]:
 
 def load(path: Path) -> dict:
     """Read a bench report, refusing anything that is not one (or is of another schema version)."""
-    try:
-        report = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"cannot read bench report {path}: {e}") from None
+    from .jsonfile import read_json
+
+    report = read_json(Path(path), "bench report")
     schema = report.get("schema") if isinstance(report, dict) else None
     if schema != SCHEMA:
         if isinstance(schema, str) and schema.startswith("vitexport.bench/"):

@@ -14,6 +14,7 @@ from typing import Any
 
 from .environment import now, sha256_file, write_atomic
 from .errors import UsageError
+from .jsonfile import read_json
 from .parity import ParityReport
 
 SCHEMA = "vitexport.sidecar/2"
@@ -21,6 +22,7 @@ READABLE = ("vitexport.sidecar/1", SCHEMA)
 # What a record's `status` says: checked and matching, checked and not matching (kept for inspection,
 # never under the name users deploy), built but not runnable here, or not checked at all.
 STATUSES = ("verified", "FAILED", "not-checked-here", "unverified")
+MAX_BYTES = 16 * 2**20  # a sidecar is a few kB; its largest part, the parity report, a few hundred
 
 
 @dataclass
@@ -131,12 +133,9 @@ def read(artifact: Path) -> ArtifactRecord:
     if not artifact.exists():
         raise UsageError(f"artifact not found: {artifact}")
     side = path_for(artifact)
-    if not side.is_file():
+    if not side.exists():
         raise UsageError(f"no sidecar {side.name} next to {artifact.name}: cannot tell what to verify against")
-    try:
-        data = json.loads(side.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UsageError(f"sidecar {side} is not readable JSON: {e}") from None
+    data = read_json(side, "sidecar", max_bytes=MAX_BYTES)
     if not isinstance(data, dict) or data.get("schema") not in READABLE:
         schema = data.get("schema") if isinstance(data, dict) else None
         raise UsageError(f"sidecar {side} has schema {schema!r}, expected {SCHEMA}")

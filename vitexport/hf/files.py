@@ -4,12 +4,12 @@ which sidecars record like a --weights file's), its image processor's config."""
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 from ..environment import sha256_file
 from ..errors import SourceError
+from ..jsonfile import read_json
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -31,10 +31,7 @@ def directory(text: str) -> Path:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    try:
-        config = json.loads((path / CONFIG).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SourceError(f"hf:{path}: {CONFIG} is not readable JSON ({e})") from None
+    config = read_json(path / CONFIG, f"hf:{path}:", error=SourceError)
     if not isinstance(config, dict):
         raise SourceError(f"hf:{path}: {CONFIG} is not a JSON object")
     return config
@@ -54,8 +51,8 @@ def weights_files(path: Path) -> list[Path]:
         return [single]
     if index.is_file():
         try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            shards = sorted(set(read_json(index, f"hf:{path}:", error=SourceError)["weight_map"].values()))
+        except (KeyError, TypeError, AttributeError) as e:
             raise SourceError(f"hf:{path}: {SHARD_INDEX} is damaged ({type(e).__name__}: {e})") from None
         files = [path / name for name in shards]
         if not files or any(Path(name).name != name or not f.is_file() for name, f in zip(shards, files)):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SourceError
+from ..jsonfile import read_json
 from .files import PROCESSOR
 
 # Processors whose steps are TorchvisionBackend's own: convert, resize, centre-crop, rescale and
@@ -26,7 +27,8 @@ RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}  # PIL codes the processo
 def preprocessing(transformers, path: Path, default_class: str, image_size: int) -> dict[str, Any]:
     """vitexport's preprocessing dict from the directory's processor, or from `default_class` at the
     config's image size when the directory has none."""
-    if (path / PROCESSOR).is_file():
+    if (path / PROCESSOR).exists():
+        read_json(path / PROCESSOR, f"hf:{path}:", error=SourceError)  # bounded, before transformers opens it
         try:
             proc = transformers.AutoImageProcessor.from_pretrained(str(path), local_files_only=True,
                                                                    trust_remote_code=False)

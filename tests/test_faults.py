@@ -11,10 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from conftest import zoo_spec
+from output_kinds import EXPECTED
 from vitexport import api, sidecar
 from vitexport.cli import app
 from vitexport.sources import SourceSpec
@@ -367,7 +369,254 @@ def test_stale_staging_of_a_dead_process_is_removed(tmp_path):
     assert not stale.exists() and mine.exists()
 
 
+# --- never replace what vitexport did not write -------------------------------------------------------
+
+TINY_NAME = "tiny-depth1.onnx"
+
+
+def users_directory(folder: Path) -> Path:
+    (folder / TINY_NAME).mkdir(parents=True)
+    (folder / TINY_NAME / "notes.txt").write_text("mine")
+    return folder / TINY_NAME / "notes.txt"
+
+
+def users_file(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / TINY_NAME).write_text("my own model")
+    return folder / TINY_NAME
+
+
+def users_sidecar_name(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / (TINY_NAME + ".json")).write_text('{"mine": true}')
+    return folder / (TINY_NAME + ".json")
+
+
+def users_link(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "elsewhere.txt").write_text("mine")
+    (folder / TINY_NAME).symlink_to(folder / "elsewhere.txt")
+    return folder / "elsewhere.txt"
+
+
+@pytest.mark.parametrize("place", [users_directory, users_file, users_sidecar_name, users_link],
+                         ids=lambda f: f.__name__)
+def test_a_name_taken_by_the_users_own_file_is_refused(tmp_path, place):
+    out = tmp_path / "out"
+    kept = place(out)
+    before = sorted(p.name for p in out.rglob("*"))
+    one_line_error(invoke("onnx", *TINY, "--out", out), 2, "was not written by vitexport")
+    assert kept.read_text() in ("mine", "my own model", '{"mine": true}')
+    assert sorted(p.name for p in out.rglob("*") if p.name != ".vitexport.lock") == before
+    assert invoke("onnx", *TINY, "--out", out, "--force").exit_code == 0  # asked for: replaced
+    assert sidecar.read(out / TINY_NAME).status == "verified"
+
+
+def test_an_earlier_artifact_of_the_name_is_replaced(tmp_path):
+    assert invoke("onnx", *TINY, "--out", tmp_path).exit_code == 0
+    first = sidecar.read(tmp_path / TINY_NAME).created
+    assert invoke("onnx", *TINY, "--out", tmp_path).exit_code == 0
+    assert sidecar.read(tmp_path / TINY_NAME).created >= first and leftovers(tmp_path) == []
+
+
+def test_publishing_checks_every_file_it_would_replace(tmp_path):
+    """A by-product (external data, a typed ONNX) whose name is taken by a user's file stops the
+    publication before anything moves, also after the check made before the export."""
+    from vitexport.errors import OutputError
+    from vitexport.staging import publish
+
+    out, stage = tmp_path / "out", tmp_path / "out" / ".vitexport-1-x"
+    stage.mkdir(parents=True)
+    for name in ("m.onnx", "m.onnx.data", "m.onnx.json"):
+        (stage / name).write_text("new")
+    (out / "m.onnx.data").write_text("the user's")
+    with pytest.raises(OutputError, match="m.onnx.data exists and was not written by vitexport"):
+        publish(stage, out)
+    assert (out / "m.onnx.data").read_text() == "the user's" and not (out / "m.onnx").exists()
+
+
+def test_a_file_where_failed_exports_are_kept_is_not_replaced(tmp_path):
+    (tmp_path / "failed").write_text("mine")
+    # No tolerance at all: the check fails, and the failed export would be kept in OUT/failed/.
+    one_line_error(invoke("onnx", *TINY, "--out", tmp_path, "--atol", "0", "--rtol", "0"), 2, "is not a folder")
+    assert (tmp_path / "failed").read_text() == "mine" and leftovers(tmp_path) == []
+
+
+# --- hostile files: bounded before they are parsed ------------------------------------------------------
+
+
+def fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def dev_zero(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.symlink_to("/dev/zero")
+
+
+def huge(path: Path) -> None:
+    with open(path, "wb") as f:
+        f.truncate(200 * 2**20)  # sparse: 200 MiB of zeros costs no disk
+
+
+def deep(path: Path) -> None:
+    path.write_text("[" * 100_000 + "]" * 100_000)
+
+
+def directory(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.mkdir()
+
+
+HOSTILE = {"fifo": (fifo, "is not a regular file"), "dev-zero": (dev_zero, "is not a regular file"),
+           "huge": (huge, "MiB"), "deep": (deep, "nested more than"), "directory": (directory, "is a directory")}
+
+
+@pytest.fixture(scope="module")
+def bench_report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("report")
+    path = folder / "report.json"
+    path.write_text(json.dumps({"schema": "vitexport.bench/1", "results": []}))
+    return path
+
+
+def run_cli(*args, timeout: float = 120) -> subprocess.CompletedProcess:
+    """In a subprocess with a deadline: a reader that blocks on a FIFO must fail the test, not hang it."""
+    return subprocess.run([sys.executable, "-m", "vitexport", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE))
+@pytest.mark.parametrize("role", ["sidecar", "bench baseline", "compare report", "verify baseline"])
+def test_hostile_files_are_refused_promptly(made, tmp_path, kind, role):
+    damage, message = HOSTILE[kind]
+    path = copy_artifact(made, "onnx", tmp_path / "art")
+    if role == "sidecar":
+        target, args = sidecar.path_for(path), ["verify", path]
+    else:
+        target = tmp_path / "given.json"
+        target.write_text("{}")
+        args = {"bench baseline": ["bench", path, "--backend", "onnxruntime", "--baseline", target],
+                "compare report": ["compare", target, "--out", tmp_path / "merged"],
+                "verify baseline": ["verify", path, "--baseline", target]}[role]
+    damage(target)
+    run = run_cli(*args)
+    text = run.stderr + run.stdout
+    assert run.returncode == 2, text
+    assert message in text and str(target.name) in text, text
+    assert "Traceback" not in text and "internal error" not in text
+
+
+# --- every model shape answered: outputs of every kind --------------------------------------------------
+
+OUTPUT_KINDS = Path(__file__).with_name("output_kinds.py")
+
+
+@pytest.mark.parametrize("kind", list(EXPECTED))
+def test_outputs_of_every_kind_export_with_their_names(tmp_path, kind):
+    if kind == "model_output":
+        pytest.importorskip("transformers")
+    result = api.export("onnx", SourceSpec(f"{OUTPUT_KINDS}:{kind}_model"), None, tmp_path)
+    assert sidecar.read(Path(result["artifact"])).output_names == EXPECTED[kind]
+    checked = {c["output"] for c in result["parity"]["checks"]}
+    assert checked == set(EXPECTED[kind]) and result["parity"]["passed"]
+
+
+def test_dict_outputs_export_to_torchscript_too(tmp_path):
+    result = api.export("torchscript", SourceSpec(f"{OUTPUT_KINDS}:dict_model"), None, tmp_path)
+    assert {c["output"] for c in result["parity"]["checks"]} == {"logits", "embedding"}
+
+
+def test_a_model_that_ignores_its_input_is_refused(tmp_path):
+    one_line_error(invoke("onnx", "--model", f"{OUTPUT_KINDS}:ignores_input_model", "--out", tmp_path), 2,
+                   "do not depend on the input")
+    assert not list(tmp_path.glob("*.onnx"))
+
+
+def test_a_candidate_computing_nan_is_non_finite_not_random(made, tmp_path):
+    import onnx
+    from onnx import numpy_helper
+
+    path = copy_artifact(made, "onnx", tmp_path / "art")
+    model = onnx.load(path)
+    weight = max(model.graph.initializer, key=lambda i: np.prod(i.dims))
+    values = numpy_helper.to_array(weight).copy()
+    values.flat[0] = np.nan
+    weight.CopyFrom(numpy_helper.from_array(values, weight.name))
+    onnx.save(model, path)
+    edit_sidecar(path, lambda d: d.update(artifact_sha256=sidecar.digest(path)))  # as if exported so
+    result = invoke("verify", path)
+    assert result.exit_code == 4, result.output
+    assert "non-finite" in result.output and "different outputs for the same input" not in result.output
+
+
+# --- tables never truncate numbers ----------------------------------------------------------------------
+
+
+def test_configs_in_a_pipe_shows_every_number_whole():
+    from vitexport.configs import PRESETS
+
+    run = subprocess.run([sys.executable, "-m", "vitexport", "configs"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "COLUMNS": "80"})
+    assert run.returncode == 0 and "…" not in run.stdout
+    for name, cfg in PRESETS.items():
+        line = next(line for line in run.stdout.splitlines() if line.split() and line.split()[0] == name)
+        assert str(cfg.mlp_dim) in line.split() and f"{cfg.param_count() / 1e6:.1f}" in line.split()
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_table_too_wide_keeps_its_numbers_whole(terminal):
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from vitexport.render import print_table
+
+    table = Table(title="wide")
+    numbers = [str(1234567 * (i + 1)) for i in range(12)]
+    for i in range(12):
+        table.add_column(f"column {i}", justify="right", no_wrap=True)
+    table.add_row(*numbers)
+    buffer = io.StringIO()
+    print_table(Console(file=buffer, width=60, force_terminal=terminal, color_system=None), table)
+    text = buffer.getvalue()
+    assert "…" not in text.split("(not shown")[0]
+    shown = [n for n in numbers if n in text]
+    assert shown == (numbers[:len(shown)] if terminal else numbers) and shown
+    if terminal:  # what did not fit is named, never cut
+        assert "not shown for lack of width" in text and f"column {len(shown)}" in text.split("(not shown")[1]
+
+
 # --- signals and concurrency (real processes) ----------------------------------------------------------
+
+# A user model that stops inside its own forward once the export it is part of reaches a given
+# moment, and says so: a signal sent then lands there, never before or after, however loaded the
+# machine. Loading runs the forward too, before any staging folder exists: it does not hold there.
+HOLDING_MODEL = """
+import os, pathlib, time
+import torch
+
+class Holds(torch.nn.Module):
+    input_shape = (1, 3, 16, 16)
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        out = pathlib.Path(os.environ["HOLD_IN"])
+        staged = [p for p in out.glob(".vitexport-*") if p.is_dir()]
+        if any(staged) if os.environ["HOLD_WHEN"] == "exporting" else any(out.glob(".vitexport-*/*.onnx")):
+            pathlib.Path(os.environ["HOLD_FLAG"]).touch()
+            while True:
+                time.sleep(0.05)
+        return self.proj(x).mean((1, 2))
+
+def make():
+    return Holds()
+"""
 
 
 def start_export(out: Path, *extra: str) -> subprocess.Popen:
@@ -375,7 +624,24 @@ def start_export(out: Path, *extra: str) -> subprocess.Popen:
                              "--out", str(out), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for(predicate, timeout: float = 120.0) -> None:
+def start_held_export(tmp_path: Path, moment: str) -> tuple[subprocess.Popen, Path]:
+    """An export of HOLDING_MODEL into tmp_path/out that stops at `moment` ("exporting": inside the
+    exporter, with its staging folder made; "checking": the artifact staged, the check running)."""
+    source, out, flag = tmp_path / "holds.py", tmp_path / "out", tmp_path / "held"
+    source.write_text(HOLDING_MODEL)
+    env = {**os.environ, "HOLD_IN": str(out), "HOLD_WHEN": moment, "HOLD_FLAG": str(flag)}
+    proc = subprocess.Popen([sys.executable, "-m", "vitexport", "onnx", "--model", f"{source}:make", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for(lambda: flag.exists() or proc.poll() is not None)
+    except AssertionError:
+        proc.kill()
+        raise
+    assert proc.poll() is None, proc.communicate()[1]  # held, not finished or failed
+    return proc, out
+
+
+def wait_for(predicate, timeout: float = 300.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if predicate():
@@ -392,34 +658,38 @@ def complete(folder: Path) -> None:
         assert sidecar.digest(path) == record.artifact_sha256, path
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("moment", ["staging", "exported", "checking"])
+@pytest.mark.parametrize("moment", ["exporting", "checking"])
 def test_sigkill_at_any_moment_then_the_next_export_cleans_up(tmp_path, moment):
-    proc = start_export(tmp_path, "--dynamic-batch", "--max-batch", "64")  # a check long enough to land in
-    if moment == "staging":
-        wait_for(lambda: any(tmp_path.glob(".vitexport-*/")))
-    elif moment == "exported":
-        wait_for(lambda: any(tmp_path.glob(".vitexport-*/*.onnx")))
-    else:
-        wait_for(lambda: any(tmp_path.glob(".vitexport-*/*.onnx")))
-        time.sleep(1.0)  # inside the parity check
+    proc, out = start_held_export(tmp_path, moment)
+    assert any(p.is_dir() for p in out.glob(".vitexport-*"))
     proc.kill()
-    assert proc.wait() == -signal.SIGKILL  # killed mid-way, not after it finished
-    result = start_export(tmp_path)
-    assert result.wait(timeout=600) == 0, result.stderr.read()
-    assert leftovers(tmp_path) == []
-    complete(tmp_path)
+    assert proc.wait() == -signal.SIGKILL
+    assert invoke("onnx", *TINY, "--out", out).exit_code == 0  # the next run into the folder cleans up
+    assert leftovers(out) == []
+    complete(out)
 
 
-def test_sigint_exits_130_and_leaves_nothing(tmp_path):
-    # A check at batches up to 64 keeps the export running for seconds after its staging folder
-    # appears; a plain one can finish first, and a signal during shutdown is no interruption.
-    proc = start_export(tmp_path, "--dynamic-batch", "--max-batch", "64")
-    wait_for(lambda: any(tmp_path.glob(".vitexport-*/")))
-    proc.send_signal(signal.SIGINT)
+@pytest.mark.parametrize("moment", ["exporting", "checking"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_termination_signals_exit_128_plus_n_and_leave_nothing(tmp_path, sig, moment):
+    proc, out = start_held_export(tmp_path, moment)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
-    assert leftovers(tmp_path) == [] and not list(tmp_path.glob("*.onnx"))
+    assert proc.returncode == 128 + sig, err
+    assert "interrupted" in err and "Traceback" not in err and "internal error" not in err
+    said = [line for line in err.splitlines() if line.strip() and not line.startswith("… ")]  # not progress
+    assert len(said) == 1, err
+    assert leftovers(out) == [] and not list(out.glob("*.onnx*"))
+
+
+def test_a_signal_ignored_on_purpose_stays_ignored(tmp_path):
+    """nohup and background jobs start vitexport with SIGHUP/SIGINT ignored: it must not undo that."""
+    script = ("import signal, os, sys; signal.signal(signal.SIGHUP, signal.SIG_IGN); "
+              "from vitexport.termination import signals_raise\n"
+              "with signals_raise():\n"
+              "    os.kill(os.getpid(), signal.SIGHUP); print(signal.getsignal(signal.SIGTERM) is not None)")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.strip() == "True", run.stderr
 
 
 @pytest.mark.slow

@@ -49,7 +49,10 @@ def reference_outputs(arch: str, folder: Path, x: torch.Tensor) -> dict[str, tor
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_loaded_model_computes_what_transformers_computes(hf_dir, arch):
-    """Bit for bit, freezes included: a frozen constant is the value the model recomputed each forward."""
+    """Freezes included: a frozen constant is the value the model recomputed each forward. Not bit for
+    bit: SigLIP's pooling head runs nn.MultiheadAttention, whose fused and unfused paths sum in other
+    orders on some CPUs' kernels (3e-7 apart on an AMD EPYC, equal on a Xeon); a wrong freeze or a
+    missed layer moves outputs by orders of magnitude more than this float32 rounding."""
     folder = hf_dir(arch)
     loaded = load(SourceSpec(f"hf:{folder}"))
     fields = list(ARCHITECTURES[arch].outputs)
@@ -64,7 +67,7 @@ def test_loaded_model_computes_what_transformers_computes(hf_dir, arch):
     ours = dict(zip(fields, ours if isinstance(ours, tuple) else (ours,)))
     want = reference_outputs(arch, folder, x)
     for name in fields:
-        assert torch.equal(ours[name], want[name]), name
+        torch.testing.assert_close(ours[name], want[name], rtol=1e-5, atol=1e-6, msg=name)
     frozen = [n for n in loaded.notes if "frozen" in n]
     assert len(frozen) == len(ARCHITECTURES[arch].freezes)
 

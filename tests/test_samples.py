@@ -43,7 +43,9 @@ def test_trained_weights_reach_the_recorded_accuracy_on_the_pngs(metrics):
     loaded = load(SourceSpec("digits", weights=str(WEIGHTS)))
     files, x, labels = read_holdout(DIGITS / "holdout")
     assert len(files) == metrics["holdout_images"] == 360
-    assert accuracy(loaded.model, x, labels) == metrics["holdout_accuracy"]
+    # The script ran the model under its own thread count, where GEMMs may sum in another order: allow
+    # one near-tie image to flip, no more.
+    assert abs(accuracy(loaded.model, x, labels) - metrics["holdout_accuracy"]) <= 1 / 360 + 1e-9
     assert metrics["holdout_accuracy"] >= 0.95
     assert WEIGHTS.stat().st_size < 5_000_000
 
@@ -94,4 +96,6 @@ def test_training_script_one_epoch_writes_all_outputs(tmp_path):
     assert len(list((tmp_path / "holdout").glob("*.png"))) == 360
     loaded = load(SourceSpec("digits", weights=str(tmp_path / "digits_vit.safetensors")))
     _, x, labels = read_holdout(tmp_path / "holdout")
-    assert accuracy(loaded.model, x, labels) == metrics["holdout_accuracy"]
+    # The script ran the model under its own thread count, where GEMMs may sum in another order: allow
+    # one near-tie image to flip, no more.
+    assert abs(accuracy(loaded.model, x, labels) - metrics["holdout_accuracy"]) <= 1 / 360 + 1e-9

@@ -62,11 +62,13 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
 
 
 def determinism(runner, in_name: str, x: "np.ndarray", first: dict[str, "np.ndarray"]) -> bool:
-    """The same input a second time gives bit-identical outputs."""
+    """The same input a second time gives bit-identical outputs. NaN in the same places counts as the
+    same: an artifact that computes NaN is reported as non-finite by the comparison, not as random."""
     import numpy as np
 
     again = runner.run({in_name: x})
-    return all(np.array_equal(again[k], first[k]) for k in again if k in first)
+    return all(np.array_equal(again[k], first[k], equal_nan=np.issubdtype(first[k].dtype, np.inexact))
+               for k in again if k in first)
 
 
 def image_check(images, outputs: dict[str, list], labels: list[int] | None) -> ImageCheck:

@@ -24,6 +24,8 @@ import typer
 from . import backends
 from .errors import ExitCode, ParityError, RegressionError, UsageError, VitexportError
 from .options import flag_of, help_of, parse_list
+from .termination import Terminated, signals_raise
+from .termination import exit_code as interrupted_exit_code
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Export Vision Transformers, prove the artifacts match PyTorch, and time each runtime.")
@@ -56,6 +58,8 @@ TrustOpt = Annotated[bool, typer.Option(
 ImagesOpt = Annotated[Optional[Path], typer.Option(
     "--images", help="Also check on these images (labels from a numeric file-name prefix, e.g. 3_0001.png).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (errors are still shown).")]
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", help="Replace a file or folder of the artifact's name that vitexport did not write.")]
 
 
 def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
@@ -70,7 +74,7 @@ EXPORT_PARAMS = SOURCE_PARAMS + [
     _param("out", OutOpt, Path("vitexport-out")), _param("name", NameOpt, None), _param("as_json", JsonOpt, False),
     _param("no_verify", NoVerifyOpt, False), _param("atol", AtolOpt, None), _param("rtol", RtolOpt, None),
     _param("images", ImagesOpt, None), _param("min_top1_agreement", Top1Opt, None),
-    _param("max_accuracy_drop", DropOpt, None), _param("quiet", QuietOpt, False)]
+    _param("max_accuracy_drop", DropOpt, None), _param("force", ForceOpt, False), _param("quiet", QuietOpt, False)]
 
 
 # --- errors, output -----------------------------------------------------------------------------------
@@ -97,9 +101,10 @@ def handle_errors(fn: Callable) -> Callable:
         except VitexportError as e:
             stderr_console().print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code)
-        except KeyboardInterrupt:
-            stderr_console().print("interrupted; nothing was written at the target path")
-            raise typer.Exit(130)
+        except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM, SIGHUP...: cleanup has run
+            said(f"interrupted{f' by {e}' if isinstance(e, Terminated) else ''}; nothing was written at the "
+                 "target path")
+            raise typer.Exit(interrupted_exit_code(e))
         except typer.Exit:
             raise
         except Exception as e:  # a bug, not bad input: one line unless asked for the traceback
@@ -110,6 +115,15 @@ def handle_errors(fn: Callable) -> Callable:
             raise typer.Exit(ExitCode.FAILURE)
 
     return wrapper
+
+
+def said(line: str) -> None:
+    """One line on stderr, which may already be gone (a closed terminal sends SIGHUP)."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def progress_for(quiet: bool, machine_output: bool = False):
@@ -212,7 +226,7 @@ def export_command(be) -> Callable:
         with stdout_to_stderr(as_json), progress_for(kwargs["quiet"], as_json) as progress:
             result = api.export(be.name, spec, options, kwargs["out"], verify=not kwargs["no_verify"],
                                 atol=kwargs["atol"], rtol=kwargs["rtol"], seed=kwargs["seed"], images=kwargs["images"],
-                                name=kwargs["name"], gate=gate, progress=progress)
+                                name=kwargs["name"], gate=gate, force=kwargs["force"], progress=progress)
         emit(result, as_json)
 
     command.__signature__ = inspect.Signature(EXPORT_PARAMS + [p for _, p, _ in flags])
@@ -413,10 +427,11 @@ def doctor(as_json: JsonOpt = False) -> None:
 
 def main() -> None:
     try:
-        app()
-    except KeyboardInterrupt:  # Ctrl-C outside a command's own handling (option parsing, shutdown)
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        with signals_raise():
+            app()
+    except (KeyboardInterrupt, Terminated) as e:  # outside a command's own handling (option parsing, shutdown)
+        said("interrupted" + (f" by {e}" if isinstance(e, Terminated) else ""))
+        sys.exit(interrupted_exit_code(e))
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ def read_json(path: str | Path, what: str, *, max_bytes: int = MAX_BYTES, max_de
     try:
         value = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
-        raise error(f"{what} {path} is not UTF-8 text") from None
+        raise error(f"{what} {path} is not readable JSON (not UTF-8 text)") from None
     except json.JSONDecodeError as e:
-        raise error(f"{what} {path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+        raise error(f"{what} {path} is not readable JSON ({e.msg} at line {e.lineno})") from None
     except RecursionError:
         raise error(f"{what} {path} is nested more than {max_depth} levels deep") from None
     if depth(value) > max_depth:
@@ -42,7 +42,7 @@ def read_bounded(path: Path, what: str, max_bytes: int = MAX_BYTES, error: type[
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise error(f"{what} {path} does not exist") from None
+        raise error(f"cannot read {what} {path}: it does not exist") from None
     except OSError as e:
         raise error(f"cannot read {what} {path}: {e.strerror or e}") from None
     try:

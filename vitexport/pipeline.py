@@ -25,12 +25,15 @@ FAILED_DIR = "failed"  # where an artifact that failed its check is kept for ins
 def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
            out_dir: str | Path = "vitexport-out", *, verify: bool = True, atol: float | None = None,
            rtol: float | None = None, seed: int = 0, images: str | Path | None = None, name: str | None = None,
-           gate: "Gate | None" = None, progress: ProgressLike = None) -> dict[str, Any]:
+           gate: "Gate | None" = None, force: bool = False, progress: ProgressLike = None) -> dict[str, Any]:
     """Export `spec` with `backend` into `out_dir`, verify it against PyTorch, write artifact + sidecar.
 
     `gate` overrides the precision's accuracy gate on `images` (top-1 agreement, accuracy drop). When
     the check fails and the backend can keep more of the graph in float (`Backend.refine`), the
     export is retried that way until it passes or nothing is left to keep.
+
+    Only an earlier vitexport artifact of the same name is replaced; anything else of that name in
+    `out_dir` is refused with OutputError (exit 2) before any work, unless `force`.
 
     Raises ParityError when the outputs differ; the artifact is then kept under `out_dir/failed/`,
     its sidecar saying FAILED, and whatever verified artifact `out_dir` held under that name stays.
@@ -55,7 +58,7 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
         loaded = load(spec)
         load_s = time.perf_counter() - t0
         job = Job(be, loaded, options, out, verify=verify, atol=atol, rtol=rtol, seed=seed, images=images, name=name,
-                  gate=gate, progress=reporter)
+                  gate=gate, progress=reporter, force=force)
         result = job.run()
     result["timings"] = {"load_s": load_s, **result["timings"]}
     return result
@@ -65,19 +68,22 @@ class Job:
     """One export of a loaded model, and of what its backend builds from first."""
 
     def __init__(self, be: Backend, loaded: LoadedModel, options: ExportOptions, out: Path, *, verify: bool,
-                 atol, rtol, seed: int, images, name: str | None, progress: Progress, gate: "Gate | None" = None):
-        self.be, self.loaded, self.options, self.out = be, loaded, options, out
+                 atol, rtol, seed: int, images, name: str | None, progress: Progress, gate: "Gate | None" = None,
+                 force: bool = False):
+        self.be, self.loaded, self.options, self.out, self.force = be, loaded, options, out, force
         self.verify, self.atol, self.rtol, self.seed, self.images = verify, atol, rtol, seed, images
         self.gate = gate or Gate()
         self.stem = name or loaded.name  # what an upstream artifact is named after
         self.name, self.progress = name or loaded.name + be.name_tag(options), progress
 
     def run(self) -> dict[str, Any]:
-        from .staging import publish, staging
+        from .staging import check_replaceable, ensure_folder, publish, staging
 
         be, timings = self.be, {}
-        upstream = self._upstream() if be.builds_from else None
         final = self.out / f"{self.name}{be.suffix}"
+        if not self.force:  # before any work; publishing checks every file again under its lock
+            check_replaceable(self.out, [final.name, sidecar.path_for(final).name])
+        upstream = self._upstream() if be.builds_from else None
         with staging(self.out) as stage:
             options, search = self.options, []
             while True:
@@ -105,10 +111,11 @@ class Job:
             record.status = status_of(record.parity)
             record.files = [p.name for p in be.files(artifact.path, record)]
             record.artifact_sha256 = sidecar.digest(artifact.path, be.files(artifact.path, record))
-            sidecar.write(sidecar.path_for(artifact.path), record)
-            target = self.out / FAILED_DIR if record.status == "FAILED" else self.out
-            target.mkdir(exist_ok=True)
-            publish(stage, target)
+            side = sidecar.path_for(artifact.path)
+            record.published = sorted({p.name for p in stage.iterdir()} | {side.name})
+            sidecar.write(side, record)
+            target = ensure_folder(self.out / FAILED_DIR) if record.status == "FAILED" else self.out
+            publish(stage, target, force=self.force)
         result = result_of(record, target / final.name, timings)
         if record.status == "FAILED":
             raise ParityError(f"{be.name} artifact does not match PyTorch: " + "; ".join(record.parity.failures[:3])
@@ -140,7 +147,7 @@ class Job:
             return Upstream(path, reused, f"reused {path.name} (its sidecar matches this request)")
         require(up.availability(), up.name)
         job = Job(up, self.loaded, options, self.out, verify=True, atol=None, rtol=None, seed=self.seed,
-                  images=self.images, name=self.stem, progress=self.progress)
+                  images=self.images, name=self.stem, progress=self.progress, force=self.force)
         result = job.run()
         path = Path(result["artifact"])
         note = f"exported and verified {path.name} (max abs error {result['parity']['max_abs_error']:.3g})"

@@ -30,6 +30,33 @@ def wide_console():
     return Console(width=max(shutil.get_terminal_size((110, 24)).columns, 110))
 
 
+def print_table(console, table) -> None:
+    """Print a table with every cell whole: rich would cut a number that does not fit to "15…". In a
+    pipe or a log the table gets the width it needs (nothing there wraps lines); on a terminal too
+    narrow for it, the rightmost columns are left out and named, so what is shown stays true."""
+    natural = console.measure(table, options=console.options.update_width(100_000)).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    if not console.is_terminal:
+        width = console.width
+        console.width = natural
+        try:
+            console.print(table)
+        finally:
+            console.width = width
+        return
+    columns, left_out = list(table.columns), []
+    while len(table.columns) > 1 and console.measure(
+            table, options=console.options.update_width(100_000)).maximum > console.width:
+        left_out.insert(0, table.columns.pop())
+    console.print(table)
+    table.columns = columns
+    names = ", ".join(str(c.header) for c in left_out)
+    console.print(f"[dim](not shown for lack of width: {escape(names)}; widen the terminal or use --json)[/dim]",
+                  highlight=False)
+
+
 def fmt(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
@@ -50,7 +77,7 @@ def export_result(result: dict[str, Any]) -> None:
     if parity and parity.get("skipped"):
         unverified(console, result)
     elif parity:
-        console.print(parity_table(result))
+        print_table(console, parity_table(result))
         derived(console, result.get("info") or {})
         export_facts(console, result.get("info") or {})
         checks(console, parity)
@@ -76,7 +103,7 @@ def parity_baseline(console, comparison: dict[str, Any]) -> None:
     for m in comparison["metrics"]:
         table.add_row(m["metric"], fmt(m["baseline"], 6), fmt(m["now"], 6), fmt(m["limit"], 6),
                       "[red]WORSE[/red]" if m["regressed"] else "[green]yes[/green]")
-    console.print(table)
+    print_table(console, table)
     for u in comparison["unmatched"]:
         console.print(f"not compared: {u['metric']}: {u['reason']}", highlight=False)
 
@@ -223,7 +250,7 @@ def bench_report(result: dict[str, Any]) -> None:
 
     console = wide_console()
     title = f"vitexport bench: {result['model']} ({result['settings']['threads']} threads)"
-    console.print(report.rich_table(result, title))
+    print_table(console, report.rich_table(result, title))
     roof = result.get("roofline")
     if roof:
         console.print(f"roofline: one {roof['n']}³ MatMul in ONNX Runtime reaches {roof['gflops']:.0f} GFLOP/s here")
@@ -244,24 +271,25 @@ def compare_report(merged: dict[str, Any]) -> None:
     from . import report
 
     console = wide_console()
-    console.print(report.rich_table(merged, "vitexport compare"))
+    print_table(console, report.rich_table(merged, "vitexport compare"))
     for b, names in merged["ranking"].items():
         console.print(f"batch {b}, fastest first: " + " < ".join(names), highlight=False)
     console.print("reports: " + ", ".join(merged["files"].values()), highlight=False, soft_wrap=True)
 
 
 def presets(rows: list[dict]) -> None:
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="vitexport presets")
+    table = Table(title="vitexport presets", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for column in ("name", "input", "patch", "width", "depth", "heads", "mlp", "params (M)", "GFLOPs"):
         table.add_column(column, justify="right" if column != "name" else "left", no_wrap=True)
     for r in rows:
         table.add_row(r["name"], "x".join(map(str, r["image_size"])), str(r["patch_size"]), str(r["embed_dim"]),
                       str(r["depth"]), str(r["num_heads"]), str(r["mlp_dim"]), f"{r['params_m']:.1f}",
                       f"{r['gflops']:.1f}")
-    Console().print(table)
+    print_table(Console(), table)
 
 
 def agreement(images: dict) -> str:
@@ -296,7 +324,7 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
                       f"{100 * accuracy:.2f}%" if accuracy is not None else "",
                       f"{row['bytes'] / 1e6:.1f}" if row.get("bytes") else "", verdict)
     console = wide_console()
-    console.print(table)
+    print_table(console, table)
     console.print("top-1: agreement with PyTorch on the --images it is decisive about (* on all of them, where "
                   "it is decisive about none)", highlight=False)
     if result.get("artifact"):
@@ -327,7 +355,7 @@ def doctor_report(d: dict[str, Any]) -> None:
         notes += [f"{b['name']}: {note}" for note in b["notes"]]
         notes += [f"{b['name']}: bench {t['target']} cannot run: {t['reason']}" for t in b["bench"]
                   if not t["ok"] and t["reason"] != b["run"]["reason"]]
-    console.print(table)
+    print_table(console, table)
     for note in notes:
         console.print(f"- {escape(note)}", highlight=False, soft_wrap=True)
 

@@ -66,6 +66,9 @@ class ArtifactRecord:
     artifact_sha256: str | None = None
     files: list[str] = field(default_factory=list)  # other files the artifact consists of (external data)
     upstream: dict[str, Any] | None = None  # {"artifact", "sha256"} of the artifact it was built from
+    # Every name the export put in its folder (artifact, files, by-products such as a typed ONNX): what a
+    # later export of the same name may replace; nothing else there is vitexport's to touch.
+    published: list[str] = field(default_factory=list)
     schema: str = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,7 +101,7 @@ class ArtifactRecord:
 # Field -> type a readable sidecar holds there; anything else is a damaged (or forged) sidecar.
 TYPES = {"backend": str, "artifact": str, "source": dict, "seed": int, "precision": str, "input_names": list,
          "output_names": list, "input_shape": list, "dynamic_batch": bool, "options": dict, "info": dict,
-         "tools": dict, "files": list, "status": str}
+         "tools": dict, "files": list, "published": list, "status": str}
 
 
 def _check_types(d: dict[str, Any]) -> None:
@@ -113,7 +116,7 @@ def _check_types(d: dict[str, Any]) -> None:
     notes = d["source"].get("notes", [])
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise ValueError("source.notes should list sentences")
-    for name in d.get("files", []):
+    for name in d.get("files", []) + d.get("published", []):
         if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
             raise ValueError(f"files should name files beside the artifact, not {name!r}")
 
@@ -135,6 +138,11 @@ def read(artifact: Path) -> ArtifactRecord:
     side = path_for(artifact)
     if not side.exists():
         raise UsageError(f"no sidecar {side.name} next to {artifact.name}: cannot tell what to verify against")
+    return read_record_file(side)
+
+
+def read_record_file(side: Path) -> ArtifactRecord:
+    """The record in the sidecar file `side`; UsageError (exit 2) for anything that is not one."""
     data = read_json(side, "sidecar", max_bytes=MAX_BYTES)
     if not isinstance(data, dict) or data.get("schema") not in READABLE:
         schema = data.get("schema") if isinstance(data, dict) else None

@@ -162,8 +162,10 @@ def load(spec: SourceSpec) -> LoadedModel:
     if preprocessing is None:
         preprocessing = {"mean": list(configs.IMAGENET_MEAN), "std": list(configs.IMAGENET_STD)}
     preprocessing.setdefault("size", list(shape[2:]))
-    return LoadedModel(spec, model, shape, name, kind, cfg, digest, preprocessing, _output_names(model, spec),
-                       weights_file, notes)
+    output_names = _output_names(model, spec)
+    if runs_user_code(spec.model):  # a user's own module may return anything: look before exporting it
+        model, output_names = _user_outputs(model, shape, spec, output_names)
+    return LoadedModel(spec, model, shape, name, kind, cfg, digest, preprocessing, output_names, weights_file, notes)
 
 
 def artifact_stem(spec: SourceSpec, base: str, seeded: bool = True) -> str:
@@ -320,6 +322,39 @@ def _output_names(model, spec: SourceSpec) -> list[str] | None:
             or len(set(names)) != len(names):
         raise SourceError(f"{spec.model}: output_names must be a list of distinct non-empty strings, got {names!r}")
     return list(names)
+
+
+def _user_outputs(model, shape, spec: SourceSpec, given: list[str] | None):
+    """The model, flattened to return tensors only when its output is a dict, dataclass, namedtuple or
+    a nesting (vitexport.outputs), and its outputs' names. A model whose outputs are the same for two
+    different inputs is refused: there is nothing to export or check, and exporters drop its input."""
+    import torch
+
+    from .outputs import flat_names, flattened, pick, tensor_paths
+
+    gen = torch.Generator().manual_seed(spec.seed)
+    x1, x2 = (torch.randn(shape, generator=gen) for _ in range(2))
+    try:
+        with torch.no_grad(), export_mode():
+            y1, y2 = model(x1), model(x2)
+    except Exception as e:
+        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise SourceError(f"{spec.model} fails on a {'x'.join(map(str, shape))} input: {type(e).__name__}: "
+                          f"{text}") from None
+    paths = tensor_paths(y1)
+    if not paths:
+        raise SourceError(f"{spec.model} returned {type(y1).__name__} holding no tensor; a model must return "
+                          "its outputs as tensors")
+    if tensor_paths(y2) != paths:
+        raise SourceError(f"{spec.model} returns outputs of another structure for another input")
+    if all(torch.equal(pick(y1, p), pick(y2, p)) for p in paths):
+        raise SourceError(f"{spec.model}: its outputs are the same for two different inputs, so they do not "
+                          "depend on the input; there is nothing to export or check")
+    if isinstance(y1, torch.Tensor):
+        return model, given
+    names = flat_names(paths, given, spec.model)
+    flat = isinstance(y1, (tuple, list)) and not hasattr(y1, "_fields") and paths == [(i,) for i in range(len(y1))]
+    return (model if flat else flattened(model, paths)), names
 
 
 def _materialise_lazy(model, shape) -> None:

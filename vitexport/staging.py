@@ -2,8 +2,13 @@
 final name, and a run killed outright (SIGKILL, power loss) leaves nothing the next run keeps.
 
 Each export writes into `OUT/.vitexport-PID-XXXX/`. On success every file moves into `OUT` by
-rename (the sidecar last, so it never names a missing artifact); on failure or Ctrl-C the folder is
-removed; after a SIGKILL it stays, and the next run into `OUT` removes it once its process is gone.
+rename (the sidecar last, so it never names a missing artifact); on failure, Ctrl-C or another
+termination signal the folder is removed; after a SIGKILL it stays, and the next run into `OUT`
+removes it once its process is gone.
+
+Publishing replaces only what vitexport wrote: an earlier artifact of the same name, known by its
+sidecar (which lists every file the artifact consists of). A file, folder or link of the user's that
+happens to have the name is refused (exit 2), unless the caller was told to `force` it.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from .environment import ordinary_permissions
-from .errors import OutputError
+from .errors import OutputError, UsageError
 
 PREFIX = ".vitexport-"
 
@@ -94,11 +99,57 @@ def publishing_lock(out: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def publish(stage: Path, out: Path) -> list[Path]:
-    """Move every staged entry into `out` with ordinary permissions; sidecars (.json) last."""
+def publish(stage: Path, out: Path, force: bool = False) -> list[Path]:
+    """Move every staged entry into `out` with ordinary permissions; sidecars (.json) last. Nothing
+    moves when one of the names is taken by something vitexport did not write (unless `force`)."""
     entries = sorted(stage.iterdir(), key=lambda p: p.name.endswith(".json"))
     with publishing_lock(out):
+        if not force:
+            check_replaceable(out, [e.name for e in entries])
         return [_move(entry, out) for entry in entries]
+
+
+def check_replaceable(out: Path, names: list[str]) -> None:
+    """Raise OutputError naming the first of `names` in `out` that vitexport may not replace: one that
+    exists and is not a file of an earlier artifact published there (its sidecar says which are)."""
+    taken = [name for name in names if os.path.lexists(out / name)]
+    if not taken:
+        return
+    ours = owned_names(out, [n for n in names if n.endswith(".json")])
+    for name in taken:
+        if name not in ours:
+            raise OutputError(f"{out / name} exists and was not written by vitexport; refusing to replace it "
+                              "(move it away, choose another --out or --name, or pass --force to replace it)")
+
+
+def owned_names(out: Path, sidecar_names: list[str]) -> set[str]:
+    """Names in `out` that belong to the earlier artifacts whose sidecars are called `sidecar_names`:
+    each readable vitexport sidecar, its artifact and the files it lists. A link is never ours."""
+    from .sidecar import read_record_file
+
+    owned: set[str] = set()
+    for name in sidecar_names:
+        path = out / name
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:
+            record = read_record_file(path)
+        except UsageError:  # not a sidecar of ours (or a damaged one): not proof of anything
+            continue
+        if record.artifact + ".json" != name:
+            continue
+        owned |= {name, *(f for f in {record.artifact, *record.files, *record.published}
+                          if not (out / f).is_symlink())}
+    return owned
+
+
+def ensure_folder(path: Path) -> Path:
+    """`path` as a folder vitexport may publish into (OUT/failed), created if missing."""
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise OutputError(f"{path} exists and is not a folder; vitexport keeps failed exports there "
+                          "(move it away or choose another --out)")
+    path.mkdir(exist_ok=True)
+    return path
 
 
 def _move(entry: Path, out: Path) -> Path:

@@ -55,11 +55,13 @@ class CoreMLOptions(ExportOptions):
 
 
 def read_labels(path: Path) -> list[str]:
-    if not path.is_file():
+    from ...jsonfile import read_bounded
+
+    if not path.exists():
         raise UsageError(f"--labels: file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+    try:  # bounded: 16 MiB is some 400,000 class names
+        text = read_bounded(path, "--labels file", max_bytes=16 * 2**20).decode("utf-8")
+    except UnicodeDecodeError as e:
         raise UsageError(f"--labels: cannot read {path} as UTF-8 text: {e}") from None
     labels = [line.strip() for line in text.splitlines() if line.strip()]
     if not labels:

@@ -1,0 +1,63 @@
+"""Termination signals end a run the way Ctrl-C does. CI cancellations, `timeout`, `docker stop` and
+closed terminals send SIGTERM or SIGHUP rather than SIGINT; each becomes an exception raised in the
+main thread, so every `finally` and context manager runs (staging folders are removed, worker
+processes are killed) and the CLI exits with the conventional 128 + signal number.
+
+Only the first signal raises: later ones, while that cleanup runs, are ignored so it can finish."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+
+# Every signal whose default action ends the process and that a process may catch; SIGPIPE stays as
+# Python sets it (ignored, so a closed pipe is a BrokenPipeError).
+NAMES = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU", "SIGXFSZ")
+
+
+class Terminated(BaseException):
+    """Raised by a termination signal other than SIGINT (which raises KeyboardInterrupt). A
+    BaseException, like KeyboardInterrupt, so `except Exception` in a library does not swallow it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def caught() -> list[signal.Signals]:
+    return [getattr(signal, name) for name in NAMES if hasattr(signal, name)]
+
+
+def _raise(signum: int, frame) -> None:
+    for sig in caught():  # one interruption per run: let its cleanup finish
+        signal.signal(sig, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def signals_raise():
+    """Within this block, termination signals raise in the main thread (see the module's note)."""
+    previous = {}
+    for sig in caught():
+        try:
+            if signal.getsignal(sig) is signal.SIG_IGN:  # ignored on purpose (nohup, a background job): stays so
+                continue
+            previous[sig] = signal.signal(sig, _raise)
+        except (OSError, ValueError):  # not the main thread, or not catchable here
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def exit_code(error: BaseException) -> int:
+    """128 + N for a signal's exception (130 for Ctrl-C)."""
+    return error.exit_code if isinstance(error, Terminated) else 128 + signal.SIGINT

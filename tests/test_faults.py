@@ -290,6 +290,8 @@ def test_odd_but_valid_images_are_handled(tmp_path):
     ("text", "cannot read notes.jpg"),
     ("bomb", "decompression bomb"),
     ("undecodable", "cannot read caf\ufffd.png"),
+    ("fifo", "pipe.png in"),  # a FIFO would block the image reader forever
+    ("dev-zero", "zero.png in"),
 ])
 def test_bad_images_are_refused_by_name(tmp_path, monkeypatch, setup, message):
     from PIL import Image
@@ -303,6 +305,10 @@ def test_bad_images_are_refused_by_name(tmp_path, monkeypatch, setup, message):
         (folder / "notes.jpg").write_text("not an image")
     elif setup == "bomb":
         monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500)  # the 40x30 image now counts as a bomb
+    elif setup == "fifo":
+        os.mkfifo(folder / "pipe.png")
+    elif setup == "dev-zero":
+        (folder / "zero.png").symlink_to("/dev/zero")
     else:
         (folder / os.fsdecode(b"caf\xe9.png")).write_bytes(b"\x89PNG broken")
     one_line_error(invoke("onnx", *TINY, "--images", folder, "--out", tmp_path / "out"), 2, message)
@@ -526,6 +532,15 @@ def test_outputs_of_every_kind_export_with_their_names(tmp_path, kind):
 def test_dict_outputs_export_to_torchscript_too(tmp_path):
     result = api.export("torchscript", SourceSpec(f"{OUTPUT_KINDS}:dict_model"), None, tmp_path)
     assert {c["output"] for c in result["parity"]["checks"]} == {"logits", "embedding"}
+
+
+def test_a_model_pytorch_itself_computes_nan_for_is_refused(tmp_path):
+    source = tmp_path / "log.py"
+    source.write_text("import torch\n\nclass Log(torch.nn.Module):\n    input_shape = (1, 3, 8, 8)\n\n"
+                      "    def forward(self, x):\n        return torch.log(x).mean((2, 3))\n\n\n"
+                      "def make():\n    return Log()\n")
+    one_line_error(invoke("onnx", "--model", f"{source}:make", "--out", tmp_path / "out"), 2,
+                   "PyTorch computes NaN or infinity in its output")
 
 
 def test_a_model_that_ignores_its_input_is_refused(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -42,10 +43,16 @@ def preprocess(path, preprocessing: dict, shape: tuple[int, ...]) -> np.ndarray:
     shorter side is resized straight to the target size. A Hugging Face model's preprocessing holds
     its image processor's steps (`processor`), which are followed instead.
     """
+    import io
+
     from PIL import Image
 
+    from .jsonfile import read_bounded
+
     channels, height, width = shape[1:]
-    with warnings.catch_warnings(), Image.open(path) as opened:
+    # Read first, bounded: a FIFO or a device among the images would otherwise block Pillow forever.
+    data = read_bounded(Path(path), "image", MAX_IMAGE_BYTES)
+    with warnings.catch_warnings(), Image.open(io.BytesIO(data)) as opened:
         warnings.simplefilter("error", Image.DecompressionBombWarning)  # refuse, do not just warn
         if preprocessing.get("processor"):
             from .hf.pixels import processor_pixels
@@ -86,6 +93,7 @@ def eight_bit(im, channels: int):
     return im.convert("L" if channels == 1 else "RGB")
 
 
+MAX_IMAGE_BYTES = 256 * 2**20  # a 16k x 16k RGB PNG is about this; more is not a photo to check on
 MAX_IMAGES = 10_000  # held in memory at once, with PyTorch's and the artifact's outputs
 
 
@@ -97,7 +105,6 @@ def printable_name(path) -> str:
 def load_images(directory, preprocessing: dict,
                 shape: tuple[int, ...]) -> tuple[np.ndarray, list[int] | None, list[str]]:
     """Every image in a folder (sorted by name) -> (N, C, H, W), labels when all files carry one, names."""
-    from pathlib import Path
 
     from .errors import UsageError
 

@@ -59,6 +59,8 @@ def pick(value: Any, path: Path) -> Any:
 
 
 def name_of(path: Path) -> str:
+    if not path:  # the output is one tensor
+        return "output"
     parts = [str(p) for p in path]
     if path and isinstance(path[0], int):
         parts[0] = f"output_{path[0]}"

@@ -347,6 +347,12 @@ def _user_outputs(model, shape, spec: SourceSpec, given: list[str] | None):
                           "its outputs as tensors")
     if tensor_paths(y2) != paths:
         raise SourceError(f"{spec.model} returns outputs of another structure for another input")
+    broken = [p for p in paths if pick(y1, p).is_floating_point() and not torch.isfinite(pick(y1, p)).all()]
+    if broken:
+        which = "its output" if paths == [()] else \
+            f"output {flat_names(paths, given, spec.model)[paths.index(broken[0])]}"
+        raise SourceError(f"{spec.model}: PyTorch computes NaN or infinity in {which} for a random input; every "
+                          "check feeds random inputs, so the model must stay finite on them")
     if all(torch.equal(pick(y1, p), pick(y2, p)) for p in paths):
         raise SourceError(f"{spec.model}: its outputs are the same for two different inputs, so they do not "
                           "depend on the input; there is nothing to export or check")

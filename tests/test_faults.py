@@ -155,6 +155,16 @@ def swap_in(made, path: Path) -> None:
     shutil.copy2(made["small-onnx"], path)
 
 
+def fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def dev_zero(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    path.symlink_to("/dev/zero")
+
+
 DAMAGE_CASES = [
     # (artifact, damage, exit code, message)
     ("onnx", truncate, 4, "corrupt or changed since export"),
@@ -183,6 +193,8 @@ DAMAGE_CASES = [
     ("onnx", lambda p: edit_sidecar(p, lambda d: d.update(artifact_sha256="0" * 64)), 4,
      "corrupt or changed since export"),
     ("onnx", lambda p: p.unlink(), 2, "artifact not found"),
+    ("onnx", fifo, 4, "is not a regular file"),  # would block whatever read it
+    ("onnx", dev_zero, 4, "is not a regular file"),
 ]
 
 
@@ -449,16 +461,6 @@ def test_a_file_where_failed_exports_are_kept_is_not_replaced(tmp_path):
 
 
 # --- hostile files: bounded before they are parsed ------------------------------------------------------
-
-
-def fifo(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    os.mkfifo(path)
-
-
-def dev_zero(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    path.symlink_to("/dev/zero")
 
 
 def huge(path: Path) -> None:

@@ -212,9 +212,20 @@ def quiet_loggers(*names: str, level: int = 40):
             lg.setLevel(previous)
 
 
+class NotARegularFile(OSError):
+    """A path that should be a file is a FIFO, a device or a folder: reading it could block forever."""
+
+
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """The file's sha256. Opened without blocking and checked on the open descriptor, so a FIFO or
+    device put where an artifact or its weights should be raises NotARegularFile instead of hanging."""
+    import stat
+
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotARegularFile(f"{path} is not a regular file")
         for block in iter(lambda: f.read(chunk), b""):
             h.update(block)
     return h.hexdigest()

@@ -167,7 +167,7 @@ def reusable(path: Path, be: Backend, loaded: LoadedModel, options: ExportOption
             and record.source.weights_sha256 == loaded.weights_sha256 and record.options == options.to_dict())
     if not same or not record.passed:
         return None
-    return record if sidecar.digest(path, be.files(path, record)) == record.artifact_sha256 else None
+    return record if integrity_problem(be, path, record) is None else None
 
 
 def exported(be: Backend, loaded, options, out_path: Path, upstream: Upstream | None):
@@ -228,7 +228,7 @@ def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int 
     spec = trusted_spec(record, trust_code, allow_pickle)
     changed = integrity_problem(be, path, record)
     here = be.runs_here_for(record)
-    if changed and not here.ok:
+    if changed and (not here.ok or not_a_file(path, be.files(path, record))):  # nothing to run, or it would block
         raise ParityError(damaged(path, changed), result_of(record, path, {}) | {"artifact_modified": True})
     require(here, record.backend)
     check_weights_unchanged(spec, record.source.weights_sha256)
@@ -277,12 +277,24 @@ def trusted_spec(record: ArtifactRecord, trust_code: bool, allow_pickle: bool) -
 
 def integrity_problem(be: Backend, path: Path, record: ArtifactRecord) -> str | None:
     """Why the artifact's files are not the ones exported (missing, or another sha256); None if they are."""
+    from .environment import NotARegularFile
+
     missing = [name for name in record.files if not path.with_name(name).exists()]
     if missing:
         return f"{', '.join(missing)} is missing"
-    if record.artifact_sha256 and sidecar.digest(path, be.files(path, record)) != record.artifact_sha256:
-        return "its sha256 differs from the sidecar's"
+    try:
+        if record.artifact_sha256 and sidecar.digest(path, be.files(path, record)) != record.artifact_sha256:
+            return "its sha256 differs from the sidecar's"
+    except NotARegularFile as e:
+        return str(e)
     return None
+
+
+def not_a_file(path: Path, files: list[Path]) -> bool:
+    """Whether the artifact or one of its files is something other than a file (a package folder
+    for the artifact): a FIFO or device there would block whatever tried to load it."""
+    main_ok = path.is_dir() or path.is_file() or not path.exists()
+    return not main_ok or any(f.exists() and not f.is_file() for f in files)
 
 
 def damaged(path: Path, problem: str, error: Exception | None = None) -> str:

@@ -392,7 +392,8 @@ def read_state_dict(path: Path, allow_pickle: bool) -> dict:
     import torch
 
     if not path.is_file():
-        raise WeightsError(f"weights file not found: {path}")
+        raise WeightsError(f"weights file {path} is not a regular file" if path.exists() else
+                           f"weights file not found: {path}")
     if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file

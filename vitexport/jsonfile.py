@@ -25,9 +25,9 @@ def read_json(path: str | Path, what: str, *, max_bytes: int = MAX_BYTES, max_de
     try:
         value = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
-        raise error(f"{what} {path} is not readable JSON (not UTF-8 text)") from None
+        raise error(f"cannot read {what} {path}: it is not readable JSON (not UTF-8 text)") from None
     except json.JSONDecodeError as e:
-        raise error(f"{what} {path} is not readable JSON ({e.msg} at line {e.lineno})") from None
+        raise error(f"cannot read {what} {path}: it is not readable JSON ({e.msg} at line {e.lineno})") from None
     except RecursionError:
         raise error(f"{what} {path} is nested more than {max_depth} levels deep") from None
     if depth(value) > max_depth:

@@ -221,7 +221,7 @@ HF_BAD = [
     (set_config("architectures", ["ConvNextForImageClassification"]), [],
      "architecture ConvNextForImageClassification is not supported"),
     (set_config("architectures", None), [], "names no architecture"),
-    (lambda f: (f / "config.json").write_text("{broken"), [], "config.json is not readable JSON"),
+    (lambda f: (f / "config.json").write_text("{broken"), [], "config.json: it is not readable JSON"),
     (lambda f: (f / "config.json").unlink(), [], "no config.json"),
     (lambda f: (f / "model.safetensors").rename(f / "pytorch_model.bin"), [], "has no model.safetensors"),
     (lambda f: (f / "model.safetensors").write_bytes(b"garbage"), [], "transformers could not load it"),

@@ -31,7 +31,7 @@ def directory(text: str) -> Path:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    config = read_json(path / CONFIG, f"hf:{path}:", error=SourceError)
+    config = read_json(path / CONFIG, "hf: model file", error=SourceError)
     if not isinstance(config, dict):
         raise SourceError(f"hf:{path}: {CONFIG} is not a JSON object")
     return config
@@ -51,7 +51,7 @@ def weights_files(path: Path) -> list[Path]:
         return [single]
     if index.is_file():
         try:
-            shards = sorted(set(read_json(index, f"hf:{path}:", error=SourceError)["weight_map"].values()))
+            shards = sorted(set(read_json(index, "hf: model file", error=SourceError)["weight_map"].values()))
         except (KeyError, TypeError, AttributeError) as e:
             raise SourceError(f"hf:{path}: {SHARD_INDEX} is damaged ({type(e).__name__}: {e})") from None
         files = [path / name for name in shards]

@@ -28,7 +28,7 @@ def preprocessing(transformers, path: Path, default_class: str, image_size: int)
     """vitexport's preprocessing dict from the directory's processor, or from `default_class` at the
     config's image size when the directory has none."""
     if (path / PROCESSOR).exists():
-        read_json(path / PROCESSOR, f"hf:{path}:", error=SourceError)  # bounded, before transformers opens it
+        read_json(path / PROCESSOR, "hf: model file", error=SourceError)  # bounded, before transformers opens it
         try:
             proc = transformers.AutoImageProcessor.from_pretrained(str(path), local_files_only=True,
                                                                    trust_remote_code=False)

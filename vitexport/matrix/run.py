@@ -98,7 +98,8 @@ class Matrix:
         return {"backend": e.target.backend, "spec": e.model.spec.to_dict(), "options": e.target.options.to_dict(),
                 "out": str(self.cache.artifacts_for(e.key)), "images": str(check.images) if check.images else None,
                 "atol": check.atol, "rtol": check.rtol, "min_top1_agreement": check.min_top1_agreement,
-                "max_accuracy_drop": check.max_accuracy_drop, "seed": self.plan.seed}
+                "max_accuracy_drop": check.max_accuracy_drop, "seed": self.plan.seed,
+                "pinned": reads_local_files(self.plan, e)}
 
     def export_record(self, e: Export, result: dict) -> dict:
         """What the cache keeps of an export: its outcome and its artifact, relative to the matrix folder."""
@@ -153,9 +154,12 @@ class Matrix:
         cell = t.cell
         if all(x.record is not None for x in cell.timings):
             records = [x.record for x in cell.timings]
+            damaged = [r for r in records if r["status"] == "failed"]  # the artifact arrived damaged
             errors = [r for r in records if r["status"] == "error"]
             missing = [r for r in records if r["status"] != "timed"]
-            if errors:
+            if damaged:
+                self.finish(cell, "failed", damaged[0].get("reason"))
+            elif errors:
                 self.finish(cell, "error", errors[0].get("reason"))
             elif len(missing) == len(records):
                 self.finish(cell, "unavailable", missing[0].get("reason"))
@@ -178,6 +182,20 @@ class Matrix:
         if not statuses & set(OK):
             return ExitCode.UNAVAILABLE
         return ExitCode.OK
+
+
+def reads_local_files(plan: Plan, e: Export) -> bool:
+    """Whether an export reads files of this machine (which a pool of several machines must respect)."""
+    import dataclasses
+
+    from .plan import names_a_path
+
+    spec = e.model.spec
+    prefix, _, rest = spec.model.partition(":")
+    user_code = bool(rest) and prefix not in ("torchvision", "timm", "hf")
+    option_paths = any(names_a_path(f) and getattr(e.target.options, f.name) is not None
+                       for f in dataclasses.fields(e.target.options))
+    return bool(spec.weights or prefix == "hf" or user_code or plan.check.images or option_paths)
 
 
 class Progress:

@@ -294,7 +294,10 @@ class _Reader:
             try:
                 opts.validate()
             except UsageError as e:
-                raise self.fail(where if precision is not None else f"{key}.options", str(e)) from None
+                text = in_plan_words(str(e), be.Options)
+                if precision is not None and len(precisions) > 1:
+                    text += f" (with precision {precision})"
+                raise self.fail(key, text) from None
             text = label or name
             if "precision" in fields and (label is None or len(precisions) > 1):
                 text = f"{text} {opts.precision}"
@@ -347,6 +350,8 @@ class _Reader:
         origin, args = typing.get_origin(hint), typing.get_args(hint)
         if origin in (typing.Union, types.UnionType):
             options = [a for a in args if a is not type(None)]
+            if len(options) == 1:  # `int | None`: TOML has no null, so the value is the int
+                return self.coerce(value, options[0], key)
             for candidate in options:  # the first alternative the value fits
                 try:
                     return self.coerce(value, candidate, key)
@@ -467,13 +472,25 @@ class _Reader:
 
     def anchored(self, text: str) -> Path:
         path = Path(text).expanduser()
-        return path if path.is_absolute() else self.base / path
+        return (path if path.is_absolute() else self.base / path).resolve()
 
 
 def names_a_path(field: dataclasses.Field) -> bool:
     """Whether an option's value is a file or folder (anchored at the plan's folder, and its contents
     part of the cache key). Options do not declare it, so it goes by the field's name."""
     return field.name in ("labels", "bundle") or field.name.endswith(("_images", "_cache", "_dir", "_file"))
+
+
+def in_plan_words(message: str, options_cls: type) -> str:
+    """An Options message as a plan reads: `--keep-fp32` is `keep_fp32`, `--no-per-channel` is
+    `per_channel = false`."""
+    from ..options import flag_of
+
+    for f in sorted(dataclasses.fields(options_cls), key=lambda f: -len(flag_of(f))):
+        flag = flag_of(f)
+        message = re.sub(rf"--no-{re.escape(flag[2:])}(?![\w-])", f"{f.name} = false", message)
+        message = re.sub(rf"{re.escape(flag)}(?![\w-])", f.name, message)
+    return message
 
 
 def default_label(spec) -> str:

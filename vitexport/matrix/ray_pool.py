@@ -47,14 +47,16 @@ class RayPool:
             try:
                 if address == "local":
                     ray.init(address="local", resources={f"device:{device}": 1}, **options)
-                else:
-                    ray.init(address=address, **options)
+                else:  # the nodes run this machine's vitexport: shipped with the job
+                    ray.init(address=address, runtime_env={"py_modules": [package_folder()],
+                                                           "excludes": ["__pycache__", "*.pyc"]}, **options)
             except (ConnectionError, ValueError, RuntimeError) as e:
+                ray.shutdown()
                 raise BackendUnavailable(f"cannot reach the Ray cluster at {address}: {describe(e)}") from None
+            except BaseException:  # interrupted while the cluster started: stop what did start
+                ray.shutdown()
+                raise
             self.owned = True
-        # Tasks run the driver's vitexport: on other machines it is shipped with them.
-        self.runtime_env = None if address == "local" else {"py_modules": [package_folder()],
-                                                             "excludes": ["__pycache__", "*.pyc"]}
         self.driver_node = ray.get_runtime_context().get_node_id()
         self.pending: dict[Any, tuple[Any, str, dict]] = {}
         self.packed: dict[str, Any] = {}  # artifact path here -> ObjectRef of its packed bytes
@@ -76,8 +78,7 @@ class RayPool:
                                        f"ray start --address=HEAD:6379 --resources='{{\"{resource}\": 1}}')"}
                 continue
             self.cpus[name] = min(n["Resources"].get("CPU", 0) for n in carriers)
-            task = ray.remote(fingerprint_on_node).options(resources={resource: 0.001}, num_cpus=0,
-                                                          runtime_env=self.runtime_env)
+            task = ray.remote(fingerprint_on_node).options(resources={resource: 0.001}, num_cpus=0)
             probes[name] = (task.remote(threads), [n["NodeID"] for n in carriers])
         for name, (ref, node_ids) in probes.items():
             try:
@@ -91,7 +92,7 @@ class RayPool:
     def submit(self, ticket: Any, kind: str, job: dict, device: str | None = None) -> None:
         ray = self.ray
         if kind == "export":
-            options: dict[str, Any] = {"num_cpus": 1, "num_returns": 2, "runtime_env": self.runtime_env}
+            options: dict[str, Any] = {"num_cpus": 1, "num_returns": 2}
             if job.get("pinned"):
                 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -104,8 +105,7 @@ class RayPool:
             from .cells import pack
 
             self.packed[path] = ray.put(pack(Path(path)))
-        task = ray.remote(time_on_node).options(resources={f"device:{device}": 1}, num_cpus=self.cpus[device],
-                                                runtime_env=self.runtime_env)
+        task = ray.remote(time_on_node).options(resources={f"device:{device}": 1}, num_cpus=self.cpus[device])
         self.pending[task.remote(job, self.packed[path])] = (ticket, kind, {"job": job})
 
     def collect(self, timeout: float) -> list[tuple[Any, dict]]:

@@ -59,8 +59,8 @@ class Cell:
 
 
 class Matrix:
-    def __init__(self, plan: Plan, out: Path, pool, progress: Callable[[str], None] | None = None):
-        self.plan, self.out, self.pool = plan, out, pool
+    def __init__(self, plan: Plan, out: Path, progress: Callable[[str], None] | None = None):
+        self.plan, self.out, self.pool = plan, out, None
         self.cache = Cache(out)
         self.progress = Progress(progress)
         self.machines: dict[str, dict] = {}
@@ -76,7 +76,8 @@ class Matrix:
         self.cells = [c for e in self.exports for c in e.cells]
         self.progress.total = len(self.cells)
 
-    def run(self) -> None:
+    def run(self, pool) -> None:
+        self.pool = pool
         self.progress.start(len(self.exports), sum(len(c.timings) for c in self.cells))
         self.machines = self.pool.devices(self.plan.devices, self.plan.bench.threads)
         for e in self.exports:
@@ -128,6 +129,12 @@ class Matrix:
                 self.finish(cell, "unavailable", machine.get("reason") or f"device {cell.device!r} is not reachable")
                 continue
             for t in cell.timings:
+                fixed = fixed_batch(record)
+                if fixed is not None and t.batch != fixed:
+                    self.timed(t, {"status": "unavailable", "rows": [], "seconds": None,
+                                   "reason": f"the artifact takes batch {fixed} only (export it with "
+                                             "options.dynamic_batch = true to time other batches)"}, cached=True)
+                    continue
                 t.key = digest(timing_inputs(e.key, record["artifact_sha256"], cell.bench_target, t.batch,
                                              self.plan.bench.settings(), self.plan.seed, cell.device,
                                              machine["fingerprint"]))
@@ -182,6 +189,12 @@ class Matrix:
         if not statuses & set(OK):
             return ExitCode.UNAVAILABLE
         return ExitCode.OK
+
+
+def fixed_batch(record: dict) -> int | None:
+    """The one batch size an artifact takes, or None when its batch is dynamic."""
+    shape = record.get("input_shape") or []
+    return shape[0] if shape and isinstance(shape[0], int) else None
 
 
 def reads_local_files(plan: Plan, e: Export) -> bool:
@@ -291,10 +304,10 @@ def run(plan: Plan, out: str | Path = "vitexport-out/matrix", *, workers: int = 
         raise UsageError(f"--device {device!r} is not a device name (letters, digits, _ . -; at most 64)")
     out = prepare_out_dir(out).resolve()
     merged.check_writable(out, plan)
+    matrix = Matrix(plan, out, progress)  # every key, and so every input file's digest, before any work
     pool = make_pool(ray, workers, device, out)
-    matrix = Matrix(plan, out, pool, progress)
     try:
-        matrix.run()
+        matrix.run(pool)
     except BaseException:
         pool.close(abort=True)
         raise

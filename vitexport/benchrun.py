@@ -1,42 +1,58 @@
-"""Benchmark orchestration: what each bench target runs, one fresh worker process per target and
-batch size, and the report that puts them side by side.
+"""Benchmark orchestration: what each bench target runs, persistent workers taking turns in short
+rounds (vitexport.rounds), the baseline (a stored report, or artifacts measured in the same rounds),
+the throughput sweep, the roofline, and the report that puts them side by side.
 
-The worker protocol: a JSON job on the worker's stdin (`python -m vitexport.bench_worker`), one JSON
-line on its stdout: `{"ok": true, ...measurements}` or `{"ok": false, "reason": ...}`.
+Worker protocol: vitexport.bench_worker. One worker per row (a target, an artifact and a batch size),
+one for the reference kernel, one per GEMM library; all stay alive until the verdicts are in, so a
+comparison that cannot tell yet is measured again in the same rounds.
 """
 
 from __future__ import annotations
 
-import os
+import math
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from . import backends, sidecar
 from .backends.base import BenchTarget
-from .errors import RegressionError, UsageError
+from .errors import BackendUnavailable, ParityError, RegressionError, RuntimeFailure, UsageError
 from .options import check_number
 from .progress import Progress, ProgressLike, using
+from .rounds import REFERENCE_MS, Cell, Probe, Rounds, WorkerProcess
 from .sidecar import ArtifactRecord
 from .sources import SourceSpec
 
+AUTO = "auto"
+BURST_S = 0.25  # one burst: short enough that two sides of a pair see the same phase of a noisy machine
+MIN_ROUNDS = 8
+MAX_ROUNDS = 200
 
-def bench(spec: SourceSpec | None, targets: list[str], batches: list[int], *, artifacts: list[str | Path] = (),
+
+def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str, *, artifacts: list[str | Path] = (),
           threads: int | None = None, warmup_iters: int = 5, warmup_s: float = 1.0, iters: int | None = None,
           budget_s: float | None = 5.0, seed: int = 0, out_dir: str | Path = "vitexport-out",
           roofline: bool = True, label: str | None = None, allow_fallback: bool = False, trust_code: bool = False,
-          baseline: str | Path | None = None, max_slowdown: float | None = None, rounds: int = 1,
-          progress: ProgressLike = None) -> dict[str, Any]:
-    """Measure each target at each batch size, each in its own subprocess, on identical feeds.
+          baseline: str | Path | list | None = None, max_slowdown: float | None = None, rounds: int | None = None,
+          progress: ProgressLike = None, latency_budget_ms: float | None = None,
+          recheck_s: float | None = None) -> dict[str, Any]:
+    """Measure each target at each batch size on identical feeds, each row in its own worker process,
+    the rows taking turns in short rounds (`rounds`: how many; default: enough bursts of about
+    0.25 s to fill `budget_s`, at least 8).
 
-    A GPU provider that ONNX Runtime cannot start makes its rows unavailable, unless `allow_fallback`
-    accepts the provider that did run (recorded in each row's `provider`). With `rounds` > 1 every
-    cell is measured that many times, the cells taking turns, and each row pools its rounds' samples:
-    a machine whose speed drifts (other load, clocks) then slows every cell alike, so the ratios
-    between rows hold even where absolute times do not. With a `baseline` report,
-    each row is compared with its like there (`vitexport.regression`); rows slower beyond the
-    threshold raise RegressionError carrying the report, after its files are written."""
+    `batches` may be "auto": double the batch until throughput stops improving, `latency_budget_ms`
+    is exceeded or memory runs short, and report the knee.
+
+    `baseline`: a stored bench report of this machine, or artifacts (one or more) measured in the
+    same rounds as the candidates and matched to them like report rows. Rows slower beyond the margin
+    raise RegressionError carrying the report, after its files are written; rows that cannot be told
+    apart from noise are measured again for up to `recheck_s` (default `budget_s`), then called
+    inconclusive in `report["warnings"]`.
+
+    Artifacts (and baseline artifacts) whose files differ from their sidecar raise ParityError before
+    anything is timed. When no row the user asked for could run, the error of the rows (BackendUnavailable
+    or RuntimeFailure) is raised carrying the report."""
     from . import fingerprint, regression, report as reports
     from .staging import prepare_out_dir
 
@@ -44,120 +60,493 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int], *, ar
     unknown = [t for t in targets if t not in known]
     if unknown:
         raise UsageError(f"unknown bench backend(s) {', '.join(unknown)} (known: {', '.join(known)})")
-    check_settings(batches, threads, warmup_iters, warmup_s, iters, budget_s)
-    check_number(rounds, "--rounds", minimum=1, maximum=1000)
+    auto = is_auto(batches)
+    check_settings([1] if auto else batches, threads, warmup_iters, warmup_s, iters, budget_s)
+    if rounds is not None:
+        check_number(rounds, "--rounds", minimum=1, maximum=1000)
+    for flag, value in (("--latency-budget-ms", latency_budget_ms), ("--recheck-s", recheck_s)):
+        if value is not None:
+            check_number(value, flag, minimum=0, maximum=1e7)
+    if latency_budget_ms is not None and not auto:
+        raise UsageError("--latency-budget-ms bounds the --batch auto sweep; give --batch auto")
     regression.check_slowdown(max_slowdown)
-    old = regression.load_bench_baseline(Path(baseline)) if baseline is not None else None
+    old, old_path, base_artifacts = parse_baseline(baseline)
+    if auto and (old is not None or base_artifacts):
+        raise UsageError("--batch auto looks for a knee and compares nothing; give the batch sizes to compare "
+                         "with --baseline")
+    for path in [*artifacts, *base_artifacts]:
+        check_intact(Path(path))
     threads = threads or fingerprint.usable_cores() or 1
     out = prepare_out_dir(out_dir)
+    settings = Settings(threads=threads, warmup_iters=warmup_iters, warmup_s=warmup_s, iters=iters,
+                        budget_s=budget_s, seed=seed, allow_fallback=allow_fallback, auto=auto,
+                        batches=[1] if auto else list(batches), rounds=rounds, latency_budget_ms=latency_budget_ms,
+                        recheck_s=budget_s if recheck_s is None else recheck_s, max_slowdown=max_slowdown,
+                        roofline=roofline)
     with using(progress) as reporter:
-        report = measure_all(spec, targets, batches, artifacts=artifacts, threads=threads, warmup_iters=warmup_iters,
-                             warmup_s=warmup_s, iters=iters, budget_s=budget_s, seed=seed, out=out,
-                             roofline=roofline, label=label, allow_fallback=allow_fallback, trust_code=trust_code,
-                             rounds=rounds, progress=reporter)
-    if old is not None:
-        report["baseline"] = regression.compare_bench(report, old, Path(baseline), max_slowdown)
+        report = measure_all(spec, targets, settings, artifacts=[Path(a) for a in artifacts], out=out, label=label,
+                             trust_code=trust_code, old=old, old_path=old_path, base_artifacts=base_artifacts,
+                             progress=reporter)
     report["files"] = reports.write_all(report, out / f"bench-{safe_name(report['model'])}")
-    if old is not None and report["baseline"]["regressions"]:
-        raise RegressionError(regression.bench_message(report["baseline"]), report)
+    comparison = report.get("baseline")
+    if comparison and comparison["regressions"]:
+        raise RegressionError(regression.bench_message(comparison), report)
+    strict(report)
     return report
 
 
-def measure_all(spec: SourceSpec | None, targets: list[str], batches: list[int], *, artifacts, threads: int,
-                warmup_iters: int, warmup_s: float, iters: int | None, budget_s: float | None, seed: int, out: Path,
-                roofline: bool, label: str | None, allow_fallback: bool, trust_code: bool, rounds: int,
-                progress: Progress) -> dict[str, Any]:
-    """The report's measurements: sources, one worker per cell (per round), the roofline."""
-    from . import fingerprint, report as reports
+@dataclass
+class Settings:
+    threads: int
+    warmup_iters: int
+    warmup_s: float
+    iters: int | None
+    budget_s: float | None
+    seed: int
+    allow_fallback: bool
+    auto: bool
+    batches: list[int]
+    rounds: int | None
+    latency_budget_ms: float | None
+    recheck_s: float
+    max_slowdown: float | None
+    roofline: bool
+
+    def round_count(self, paired: bool) -> int:
+        """Rounds asked for, else: with --iters, up to MIN_ROUNDS bursts of them; with a time budget,
+        bursts of about BURST_S that fill it (at least MIN_ROUNDS, at most MAX_ROUNDS). A/B pairs need
+        MIN_ROUNDS for an interval."""
+        if self.rounds:
+            return self.rounds
+        if self.iters:
+            count = min(self.iters, MIN_ROUNDS)
+            return max(count, MIN_ROUNDS) if paired else count
+        return max(MIN_ROUNDS, min(MAX_ROUNDS, round(self.budget_s / BURST_S)))
+
+    def burst(self, count: int) -> dict:
+        if self.iters:
+            return {"runs": -(-self.iters // count)}
+        return {"ms": self.budget_s * 1000.0 / count}
+
+    def to_dict(self, count: int) -> dict:
+        return {"threads": self.threads, "warmup_iters": self.warmup_iters, "warmup_s": self.warmup_s,
+                "iters": self.iters, "budget_s": self.budget_s, "seed": self.seed, "rounds": count,
+                "burst": self.burst(count), "allow_fallback": self.allow_fallback,
+                "batch": AUTO if self.auto else self.batches, "latency_budget_ms": self.latency_budget_ms,
+                "mode": "end-to-end: host arrays in, host arrays out; rows take turns in short rounds"}
+
+
+@dataclass(eq=False)
+class Planned:
+    """A row to measure, and how: the worker job, its source, and (once started) its cell."""
+
+    row: dict
+    job: dict | None
+    be: Any = None
+    source: dict | None = None
+    side: str = "candidate"
+    cell: Cell | None = None
+    opened: dict = field(default_factory=dict)  # the worker's answers: load time, provider, first inference
+    sweep_rows: list[dict] | None = None  # with --batch auto: one row per batch the sweep measured
+
+
+def is_auto(batches) -> bool:
+    return batches == AUTO or (isinstance(batches, (list, tuple)) and list(batches) == [AUTO])
+
+
+def parse_baseline(baseline) -> tuple[dict | None, Path | None, list[Path]]:
+    """(stored report, its path, []) or (None, None, baseline artifacts)."""
+    from .regression import load_bench_baseline
+
+    if baseline is None:
+        return None, None, []
+    paths = [Path(p) for p in (baseline if isinstance(baseline, (list, tuple)) else [baseline])]
+    if not paths:
+        return None, None, []
+    artifacts = [p for p in paths if sidecar.path_for(p).is_file()]
+    if len(artifacts) == len(paths):
+        return None, None, artifacts
+    if len(paths) > 1:
+        raise UsageError("--baseline takes one bench report, or artifacts (each with its sidecar beside it), "
+                         "not both and not several reports")
+    path = paths[0]
+    if path.suffix != ".json" and path.exists():
+        raise UsageError(f"--baseline {path}: no sidecar {sidecar.path_for(path).name} beside it (an artifact "
+                         "baseline needs the sidecar vitexport wrote)")
+    return load_bench_baseline(path), path, []
+
+
+def check_intact(path: Path) -> None:
+    """The artifact's files are the ones its sidecar describes, as `verify` checks them (exit 4)."""
+    from .pipeline import damaged, integrity_problem
+
+    record = sidecar.read(path)
+    problem = integrity_problem(backends.get(record.backend), path, record)
+    if problem:
+        raise ParityError(damaged(path, problem))
+
+
+def measure_all(spec: SourceSpec | None, targets: list[str], settings: Settings, *, artifacts: list[Path], out: Path,
+                label: str | None, trust_code: bool, old: dict | None, old_path: Path | None,
+                base_artifacts: list[Path], progress: Progress) -> dict[str, Any]:
+    """The report's measurements: sources, workers, rounds, the baseline's verdict, the roofline."""
+    from . import conditions, fingerprint, regression, report as reports
 
     known = backends.bench_targets()
-    sources, model_name, gflops = sources_for(spec, [known[t] for t in targets], batches, artifacts, out, seed,
-                                              trust_code, progress)
-    settings = {"threads": threads, "warmup_iters": warmup_iters, "warmup_s": warmup_s, "iters": iters,
-                "allow_fallback": allow_fallback, "budget_s": budget_s, "seed": seed, "rounds": rounds,
-                "mode": "end-to-end: host arrays in, host arrays out"}
-    cells, results = [], []
+    sources, model_name, gflops = sources_for(spec, [known[t] for t in targets], settings.batches, artifacts, out,
+                                              settings.seed, trust_code, progress)
+    plan = planned_rows("candidate", sources, targets, settings, model_name)
+    base_plan: list[Planned] = []
+    if base_artifacts:
+        base_sources, base_model, _ = sources_for(None, [known[t] for t in targets], settings.batches, base_artifacts,
+                                                  out, settings.seed, trust_code, progress)
+        base_plan = planned_rows("baseline", base_sources, targets, settings, base_model)
+    pairs, unmatched = regression.pair_rows([p.row for p in plan], [p.row for p in base_plan])
+    count = settings.round_count(paired=bool(base_plan))
+    shape = sources["torch"][0]["record"].source.input_shape if "torch" in sources else None
+    report: dict[str, Any] = {"schema": reports.SCHEMA, "model": model_name, "label": label,
+                              "input_shape": ["batch", *shape[1:]] if shape else None,
+                              "fingerprint": fingerprint.fingerprint(settings.threads),
+                              "settings": settings.to_dict(count), "results": [], "roofline": None}
+    everything = plan + base_plan
+    with Session(settings, progress) as session:
+        session.start(everything)
+        by_row = {id(p.row): p for p in everything}
+        for i, (cand, base) in enumerate(pairs):  # the two sides of a pair run back to back
+            for row in (cand, base):
+                if by_row[id(row)].cell is not None:
+                    by_row[id(row)].cell.pair = i
+        if settings.roofline:
+            session.start_gemms(plan)
+        rounds = session.rounds(settings.burst(count))
+        if settings.auto:
+            report["sweeps"] = session.sweeps(plan, rounds)
+        else:
+            progress.step("timing", total=count)
+            rounds.run(session.cells(everything), count)
+        rounds.top_up()
+        session.fill(everything)
+        report["results"] = [r for p in plan for r in (p.sweep_rows or [p.row])]
+        if old is not None or base_plan:
+            session.recheck(report, plan, base_plan, pairs, unmatched, old, old_path, rounds, count)
+        report["conditions"] = conditions.summary(rounds.states, settings.threads, session.reference_info)
+        if settings.roofline:
+            session.roofline(report, gflops, rounds)
+        session.finish(everything)
+    if old is not None or base_plan:
+        comparison = compare(report, base_plan, pairs, unmatched, old, old_path, settings, final=True)
+        report["baseline"] = comparison
+        if comparison["inconclusive"]:
+            report.setdefault("warnings", []).append(regression.inconclusive_message(comparison))
+    return report
+
+
+def compare(report: dict, base_plan: list[Planned], pairs, unmatched, old, old_path, settings: Settings,
+            final: bool) -> dict:
+    """The baseline's comparison: A/B over paired rounds, or against the stored report."""
+    from . import regression
+
+    if base_plan:
+        paths = list(dict.fromkeys(p.source["artifact"] for p in base_plan if p.source and p.source["artifact"]))
+        comparison = regression.compare_ab(pairs, list(unmatched), paths, settings.max_slowdown, final=final)
+        comparison["rows"] = [p.row for p in base_plan]
+        return comparison
+    return regression.compare_bench(report, old, old_path, settings.max_slowdown, final=final)
+
+
+class Session:
+    """The workers of one bench run, from start to the last verdict; kills what is left on exit."""
+
+    def __init__(self, settings: Settings, progress: Progress):
+        self.settings, self.progress = settings, progress
+        self.workers: list[WorkerProcess] = []
+        self.reference: Probe | None = None
+        self.reference_info: dict | None = None
+        self.gemms: dict[str, list[tuple[str, Probe | str]]] = {}  # basis -> (library, probe or why not)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for w in self.workers:
+            w.kill()
+
+    def _worker(self) -> WorkerProcess:
+        w = WorkerProcess(self.settings.threads)
+        self.workers.append(w)
+        return w
+
+    @staticmethod
+    def cells(plan: list[Planned]) -> list[Cell]:
+        return [p.cell for p in plan if p.cell is not None]
+
+    def start(self, plan: list[Planned]) -> None:
+        """Open every row's worker and prepare its batch (first inference, warm-up), one at a time:
+        load time and the first inference are timed alone. Then the reference kernel's."""
+        from .fingerprint import cpu_features
+        from .roofline import basis_for
+
+        features = cpu_features()
+        todo = [p for p in plan if p.job is not None]
+        self.progress.step("starting workers", total=len(todo) + 1)
+        for p in todo:
+            self.progress.note(f"{p.row['backend']} ({p.row['precision']}) at batch {p.row['batch_size']}"
+                               + (" [baseline]" if p.side == "baseline" else ""))
+            worker = self._worker()
+            p.cell = Cell(f"{p.row['backend']} batch {p.row['batch_size']}", worker, p.row["batch_size"])
+            reply = worker.ask("open", **p.job)
+            if reply.get("ok"):
+                p.opened = reply
+                reply = worker.ask("prepare", batch=p.row["batch_size"], warmup_iters=self.settings.warmup_iters,
+                                   warmup_s=self.settings.warmup_s)
+                p.cell.first_inference_ms = reply.get("first_inference_ms")
+                # Which measured GEMM rate the row compares with: its processor's, at its precision.
+                p.row["roofline_basis"] = basis_for(p.be.roofline_basis(p.opened.get("provider")),
+                                                    p.row["precision"], features)
+            if not reply.get("ok"):
+                p.cell.failure = {"reason": reply.get("reason") or "unknown", "kind": reply.get("kind", "failed")}
+                worker.kill()
+            self.progress.advance()
+        worker = self._worker()
+        reply = worker.ask("open", kind="reference", threads=self.settings.threads)
+        if reply.get("ok") and worker.ask("prepare", warmup_iters=3, warmup_s=0.2).get("ok"):
+            self.reference = Probe("reference", worker, {"ms": REFERENCE_MS, "warmup_runs": 1, "warmup_s": 0})
+            self.reference_info = {"what": reply.get("what"), "flop": reply.get("flop")}
+        self.progress.advance()
+
+    def start_gemms(self, plan: list[Planned]) -> None:
+        """A worker per GEMM library for every basis a row that started needs."""
+        from .roofline import BASES, CUDA_N, GEMM_N, installed
+
+        bases = list(dict.fromkeys(p.row.get("roofline_basis") for p in plan
+                                   if p.cell is not None and not p.cell.failure and p.row.get("roofline_basis")))
+        libraries = [(b, lib, dtype) for b in bases for lib, dtype in BASES[b][1]]
+        self.progress.step("starting the GEMM workers", total=len(libraries))
+        for basis, library, dtype in libraries:
+            entries = self.gemms.setdefault(basis, [])
+            if not installed(library):
+                entries.append((library, "not installed"))
+                self.progress.advance()
+                continue
+            worker = self._worker()
+            n = CUDA_N if basis.startswith("cuda") else GEMM_N
+            reply = worker.ask("open", kind="gemm", library=library, dtype=dtype, n=n, threads=self.settings.threads)
+            if reply.get("ok"):
+                worker.ask("prepare", warmup_iters=1, warmup_s=0)
+                entries.append((library, Probe(f"{library} {dtype}", worker,
+                                               {"runs": 2, "warmup_runs": 0, "warmup_s": 0}, reply["flop"])))
+            else:
+                entries.append((library, reply.get("reason") or "failed"))
+                worker.kill()
+            self.progress.advance()
+
+    def rounds(self, burst: dict) -> Rounds:
+        from .roofline import GEMM_BURSTS
+
+        probes = [p for entries in self.gemms.values() for _, p in entries if isinstance(p, Probe)]
+        return Rounds(burst, reference=self.reference, gemms=probes, seed=self.settings.seed,
+                      progress=self.progress, gemm_bursts=GEMM_BURSTS)
+
+    def sweeps(self, plan: list[Planned], rounds: Rounds) -> list[dict]:
+        """`--batch auto` for each row that started: its sweep, one row per batch, and the knee."""
+        from . import sweep
+
+        out = []
+        for p in plan:
+            if p.cell is None or p.cell.failure:
+                continue
+            self.progress.step(f"batch sweep: {p.row['backend']} ({p.row['precision']})")
+            worker = p.cell.worker
+
+            def new_cell(batch: int, worker=worker, p=p) -> Cell:
+                cell = Cell(f"{p.row['backend']} batch {batch}", worker, batch)
+                reply = worker.ask("prepare", batch=batch, warmup_iters=self.settings.warmup_iters,
+                                   warmup_s=self.settings.warmup_s)
+                if reply.get("ok"):
+                    cell.first_inference_ms = reply.get("first_inference_ms")
+                else:
+                    cell.failure = {"reason": reply.get("reason") or "unknown", "kind": reply.get("kind", "failed")}
+                return cell
+
+            def pair(a: Cell, b: Cell | None, count: int) -> None:
+                a.pair = 0 if b is not None else None
+                if b is not None:
+                    b.pair = 0
+                rounds.run([a] + ([b] if b is not None else []), count, gemm_slots=1)
+
+            found, cells = sweep.run(p.cell, new_cell, pair, throughput,
+                                     step_seconds=2 * (self.settings.budget_s or 1.0),
+                                     latency_budget_ms=self.settings.latency_budget_ms)
+            knee = found.knee(self.settings.latency_budget_ms)
+            p.sweep_rows = []
+            for batch, cell in sorted(cells.items()):
+                row = {**p.row, "batch_size": batch, "sweep": True, "knee": knee is not None and knee.batch == batch}
+                p.sweep_rows.append(row)
+                self._fill_row(row, cell, p)
+            out.append({"backend": p.row["backend"], "precision": p.row["precision"], "artifact": p.row["artifact"],
+                        "knee_batch": knee.batch if knee else None, "knee_ips": knee.throughput_ips if knee else None,
+                        "stopped": found.stopped, "latency_budget_ms": self.settings.latency_budget_ms,
+                        "steps": [s.to_dict() for s in found.steps]})
+        return out
+
+    def recheck(self, report: dict, plan, base_plan, pairs, unmatched, old, old_path, rounds: Rounds,
+                count: int) -> None:
+        """Rows the comparison cannot decide yet are measured again, within the recheck budget."""
+        from . import regression
+
+        comparison = compare(report, base_plan, pairs, unmatched, old, old_path, self.settings, final=False)
+        undecided = {c["row"] for c in comparison["undecided"]}
+        extra = recheck_rounds(self.settings, count)
+        if not undecided or not extra:
+            return
+        partner = {id(c): b for c, b in pairs}
+        cells = []
+        for p in plan:
+            if p.cell is not None and regression.name(regression.key(p.row)) in undecided:
+                cells.append(p.cell)
+                cells += [q.cell for q in base_plan if q.row is partner.get(id(p.row)) and q.cell is not None]
+        self.progress.step("measuring again what the comparison could not tell apart", total=extra)
+        rounds.run(cells, extra, label="recheck round")
+        self.fill(plan + base_plan)
+
+    def roofline(self, report: dict, gflops: float | None, rounds: Rounds) -> None:
+        """Each basis's rate from its libraries' bursts; bases a row exceeds are measured again, then
+        a share still above 1 is withheld with its reason."""
+        from .roofline import CUDA_N, GEMM_BURSTS, GEMM_N, REPORT_KEYS, cap, fractions, summarise
+
+        def summarise_all() -> None:
+            for basis, entries in self.gemms.items():
+                measured = {}
+                for library, probe in entries:
+                    if isinstance(probe, Probe) and probe.samples:
+                        measured[library] = {"samples_ms": probe.samples, "flop": probe.flop, "bursts": probe.bursts}
+                    else:
+                        measured[library] = {"unavailable": probe.failure if isinstance(probe, Probe) else probe}
+                n = CUDA_N if basis.startswith("cuda") else GEMM_N
+                report[REPORT_KEYS[basis]] = {**summarise(basis, measured, self.settings.threads, n),
+                                              "model_gflop_per_image": gflops}
+
+        self.progress.step("the GEMM roofline")
+        summarise_all()
+        over = fractions(report, gflops)
+        if over:
+            probes = [p for b in over for _, p in self.gemms.get(b, []) if isinstance(p, Probe)]
+            rounds.top_up(probes, bursts=GEMM_BURSTS)
+            summarise_all()
+            fractions(report, gflops)
+        cap(report)
+
+    def fill(self, plan: list[Planned], closed: dict[int, dict] | None = None) -> None:
+        for p in plan:
+            if p.cell is not None and p.sweep_rows is None:
+                self._fill_row(p.row, p.cell, p, (closed or {}).get(id(p)))
+
+    @staticmethod
+    def _fill_row(row: dict, cell: Cell, p: Planned, close: dict | None = None) -> None:
+        """The row's numbers from its cell (again after more rounds; with `close`, its peak memory)."""
+        from .bench import LatencyStats
+        from .stats import relative_spread
+
+        if cell.failure or not cell.samples:
+            failure = cell.failure or {"reason": "no timed runs", "kind": "failed"}
+            keep = {k: row[k] for k in ("backend", "batch_size", "model", "precision", "artifact", "named", "sweep",
+                                        "knee") if k in row}
+            row.clear()
+            row.update(keep, available=False, reason=failure["reason"], failed=failure["kind"] != "unavailable")
+            return
+        stats = LatencyStats(cell.samples, cell.batch).to_dict()
+        row.update(available=True, reason=None, **stats, rounds=len(cell.medians),
+                   per_round={"median_ms": list(cell.medians), "reference_ms": list(cell.references)},
+                   round_spread=relative_spread(cell.medians), provider=p.opened.get("provider"),
+                   load_s=p.opened.get("load_s"), first_inference_ms=cell.first_inference_ms,
+                   artifact_bytes=(p.source or {}).get("bytes"), threads_applied=p.opened.get("threads_applied"),
+                   dtype="float32", peak_rss_mb=row.get("peak_rss_mb"), peak_gpu_mb=row.get("peak_gpu_mb"))
+        if row.get("sweep"):
+            row["peak_rss_mb"] = cell.rss_mb  # the worker's memory after this batch's rounds
+        if close:
+            row.update(peak_rss_mb=close.get("peak_rss_mb"), peak_gpu_mb=close.get("peak_gpu_mb"))
+
+    def finish(self, plan: list[Planned]) -> None:
+        """Close every worker; each row gets its worker's peak memory."""
+        closed = {}
+        for p in plan:
+            if p.cell is not None and not p.cell.worker.closed:
+                reply = p.cell.worker.close()
+                closed[id(p)] = reply if reply.get("ok") else None
+                for row in p.sweep_rows or []:
+                    if row.get("available"):
+                        row["peak_gpu_mb"] = reply.get("peak_gpu_mb")
+        self.fill(plan, closed)
+        for w in self.workers:
+            if not w.closed:
+                w.close()
+
+
+def throughput(cell: Cell) -> tuple[float, float]:
+    """(images/s, p50 ms) from everything a cell measured."""
+    from .bench import LatencyStats
+
+    stats = LatencyStats(cell.samples, cell.batch)
+    return stats.throughput_ips, stats.p50
+
+
+def recheck_rounds(settings: Settings, count: int) -> int:
+    """Rounds a re-measurement may add: the recheck budget at the main rounds' pace."""
+    if not settings.recheck_s:
+        return 0
+    share = settings.recheck_s / settings.budget_s if settings.budget_s else 1.0
+    return max(MIN_ROUNDS // 2, min(MAX_ROUNDS, math.ceil(count * share)))
+
+
+def strict(report: dict) -> None:
+    """When nothing the user asked for could run, raise the rows' error carrying the report: every
+    named artifact's rows (else every row), and with baseline artifacts also theirs."""
+    rows = report["results"]
+    named = [r for r in rows if r.get("named")]
+    asked = named or rows
+    groups = [asked] + ([report["baseline"]["rows"]] if (report.get("baseline") or {}).get("rows") else [])
+    for group in groups:
+        if group and not any(r.get("available") for r in group):
+            failed = [r for r in group if r.get("failed")]
+            first = (failed or group)[0]
+            text = f"nothing could be timed: {first['backend']} ({first.get('artifact') or first['precision']}): " \
+                   f"{first.get('reason') or 'unknown'}"
+            error = RuntimeFailure(text) if failed else BackendUnavailable(text)
+            error.result = report
+            raise error
+
+
+def planned_rows(side: str, sources: dict, targets: list[str], settings: Settings, model_name: str) -> list[Planned]:
+    """One row per target x artifact of its backend x batch; those that cannot run here say why."""
+    known = backends.bench_targets()
+    plan = []
     for name in targets:
         target = known[name]
-        if allow_fallback:
+        if settings.allow_fallback:
             target = replace(target, run=replace(target.run, allow_fallback=True))
         be = backends.get(target.backend)
         # Every artifact of the target's backend is timed (an fp32 and an int8 ONNX side by side).
         for source, batch in [(s, b) for s in sources.get(target.backend if target.needs_artifact else "torch")
-                              or [None] for b in batches]:
+                              or [None] for b in settings.batches]:
             row = {"backend": name, "batch_size": batch, "model": model_name,
                    "precision": source["record"].precision if source else "fp32",
                    "artifact": Path(source["artifact"]).name if source and source["artifact"] else None}
-            results.append(row)
+            if source and source.get("named"):
+                row["named"] = True
             reason = (be.bench_unavailable_for(target, source["record"]) if source
                       else be.bench_unavailable(target) or f"no {target.backend} artifact to run")
+            if reason is None and settings.auto and source and not source["record"].dynamic_batch:
+                reason = f"the artifact has a fixed batch of {source['record'].input_shape[0]}; --batch auto needs " \
+                         "a dynamic batch"
             if reason:
                 row.update(available=False, reason=reason)
+                plan.append(Planned(row, None, be, source, side))
                 continue
-            job = {"backend": target.backend, "module": backends.REGISTRY[target.backend],
-                   "artifact": source["artifact"], "record": source["record"].to_dict(), "batch": batch,
-                   "threads": threads, "warmup_iters": warmup_iters, "warmup_s": warmup_s,
-                   "iters": -(-iters // rounds) if iters else None, "budget_s": budget_s / rounds if budget_s else None,
-                   "seed": seed, "run": vars(target.run), "samples": rounds > 1}
-            cells.append((row, job, be, source))
-    progress.step("timing", total=len(cells) * rounds)
-    for r in range(rounds):
-        for row, job, be, source in cells[r % len(cells):] + cells[:r % len(cells)] if cells else []:
-            if row.get("available") is False:  # failed in an earlier round: not run again
-                progress.advance()
-                continue
-            progress.note(f"{row['backend']} ({row['precision']}) at batch {row['batch_size']}"
-                          + (f", round {r + 1}/{rounds}" if rounds > 1 else ""))
-            measured = run_worker(job, job["threads"])
-            progress.advance()
-            if not measured.pop("ok"):
-                row.update(available=False, reason=measured["reason"])
-                row.pop("rounds", None)  # a failed cell reports its reason, not its earlier samples
-                continue
-            row.setdefault("rounds", []).append(measured)
-    for row, job, be, source in cells:
-        if row.get("available") is not False:
-            measured = pooled(row.pop("rounds"), job["batch"])
-            row.update(available=True, reason=None, artifact_bytes=source["bytes"],
-                       roofline_basis=basis(be, measured.get("provider"), row["precision"]), **measured)
-    shape = sources["torch"][0]["record"].source.input_shape if "torch" in sources else None
-    report = {"schema": reports.SCHEMA, "model": model_name, "label": label,
-              "input_shape": ["batch", *shape[1:]] if shape else None,
-              "fingerprint": fingerprint.fingerprint(threads), "settings": settings, "results": results,
-              "roofline": None}
-    if roofline:
-        from .roofline import attach_fractions, cuda_gemm_rate, gemm_rate, int8_gemm_rate
-
-        progress.step("measuring the GEMM roofline")
-        report["roofline"] = {**gemm_rate(threads=threads), "model_gflop_per_image": gflops}
-        bases = {r.get("roofline_basis") for r in results if r.get("available")}
-        if "cpu-int8" in bases:  # int8 rows against the int8 rate measured here, now
-            report["roofline_int8"] = int8_gemm_rate(threads=threads)
-        if "cuda" in bases:
-            report["roofline_cuda"] = cuda_gemm_rate()  # GPU rows are measured against the GPU's rate
-        attach_fractions(report, gflops)
-    return report
-
-
-def pooled(rounds: list[dict], batch: int) -> dict:
-    """One row from its rounds: statistics over every round's samples; load time and first inference
-    from the first (cold) round; peak memory the highest."""
-    if len(rounds) == 1:
-        return rounds[0]
-    from .bench import LatencyStats
-
-    stats = LatencyStats([ms for r in rounds for ms in r.pop("samples_ms")], batch).to_dict()
-    for r in rounds[1:]:
-        r.pop("samples_ms", None)
-    return {**rounds[0], **stats, "rounds": len(rounds),
-            "peak_rss_mb": max(r.get("peak_rss_mb") or 0 for r in rounds) or None}
-
-
-def basis(be, provider: str | None, precision: str) -> str | None:
-    """The GEMM rate a row is measured against: its processor's, at its precision (an int8 graph on
-    the CPU against the CPU's int8 rate, so neither fp32 nor int8 rows are flattered)."""
-    kind = be.roofline_basis(provider)
-    return f"{kind}-int8" if kind == "cpu" and precision == "int8" else kind
+            job = {"kind": "model", "backend": target.backend, "module": backends.REGISTRY[target.backend],
+                   "artifact": source["artifact"], "record": source["record"].to_dict(), "threads": settings.threads,
+                   "seed": settings.seed, "run": vars(target.run)}
+            plan.append(Planned(row, job, be, source, side))
+    return plan
 
 
 def check_settings(batches, threads, warmup_iters, warmup_s, iters, budget_s) -> None:
@@ -181,17 +570,17 @@ def safe_name(name: str | None) -> str:
 def sources_for(spec, targets: list[BenchTarget], batches: list[int], artifacts, out: Path, seed: int,
                 trust_code: bool, progress: Progress):
     """What each target runs: artifacts given by the user, or exports made (and verified) now.
-    Returns ({backend: [{"artifact", "record", "bytes"}, ...]}, model name, GFLOP per image)."""
+    Returns ({backend: [{"artifact", "record", "bytes", "named"}, ...]}, model name, GFLOP per image)."""
     from .pipeline import export, trusted_spec
     from .sources import load
 
-    records: dict[str, dict] = {}
+    records: dict[str, list] = {}
     for path in artifacts:
         record = sidecar.read(Path(path))
         # The torch rows rebuild the recorded model: only with code the user trusts, never unpickling.
         record.source.spec = trusted_spec(record, trust_code, allow_pickle=False).to_dict()
         records.setdefault(record.backend, []).append(
-            {"artifact": str(path), "record": record, "bytes": size_of(Path(path), record)})
+            {"artifact": str(path), "record": record, "bytes": size_of(Path(path), record), "named": True})
         records.setdefault("torch", [{"artifact": None, "record": replace(record, backend="torch", precision="fp32"),
                                       "bytes": None}])
     if spec is not None:
@@ -230,21 +619,3 @@ def size_of(path: Path, record: ArtifactRecord) -> int:
     files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
     files += [path.with_name(name) for name in record.files]
     return sum(p.stat().st_size for p in files if p.exists())
-
-
-def run_worker(job: dict, threads: int) -> dict:
-    """Run one measurement in a fresh interpreter with the thread count fixed before any import."""
-    import json
-    import subprocess
-    import sys
-
-    from .bench import thread_env
-
-    env = {**os.environ, **thread_env(threads)}
-    proc = subprocess.run([sys.executable, "-m", "vitexport.bench_worker"], input=json.dumps(job, default=str),
-                          capture_output=True, text=True, env=env)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"ok": False, "reason": f"worker exited {proc.returncode}: {tail[:200]}"}
-    return json.loads(lines[-1])

@@ -70,10 +70,10 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
     if latency_budget_ms is not None and not auto:
         raise UsageError("--latency-budget-ms bounds the --batch auto sweep; give --batch auto")
     regression.check_slowdown(max_slowdown)
-    old, old_path, base_artifacts = parse_baseline(baseline)
-    if auto and (old is not None or base_artifacts):
+    if auto and baseline:
         raise UsageError("--batch auto looks for a knee and compares nothing; give the batch sizes to compare "
                          "with --baseline")
+    old, old_path, base_artifacts = parse_baseline(baseline)
     for path in [*artifacts, *base_artifacts]:
         check_intact(Path(path))
     threads = threads or fingerprint.usable_cores() or 1
@@ -499,18 +499,16 @@ def recheck_rounds(settings: Settings, count: int) -> int:
 
 
 def strict(report: dict) -> None:
-    """When nothing the user asked for could run, raise the rows' error carrying the report: every
-    named artifact's rows (else every row), and with baseline artifacts also theirs."""
-    rows = report["results"]
-    named = [r for r in rows if r.get("named")]
-    asked = named or rows
-    groups = [asked] + ([report["baseline"]["rows"]] if (report.get("baseline") or {}).get("rows") else [])
-    for group in groups:
-        if group and not any(r.get("available") for r in group):
-            failed = [r for r in group if r.get("failed")]
-            first = (failed or group)[0]
-            text = f"nothing could be timed: {first['backend']} ({first.get('artifact') or first['precision']}): " \
-                   f"{first.get('reason') or 'unknown'}"
+    """When nothing the user asked for could run, raise the rows' error carrying the report. Asked
+    for: the rows of the artifacts named (else every row), and those of the baseline's artifacts."""
+    sides = [report["results"], (report.get("baseline") or {}).get("rows") or []]
+    for rows in sides:
+        asked = [r for r in rows if r.get("named")] or rows
+        if asked and not any(r.get("available") for r in asked):
+            failed = [r for r in asked if r.get("failed")]
+            first = (failed or asked)[0]
+            text = (f"nothing could be timed: {first['backend']} ({first.get('artifact') or first['precision']}): "
+                    f"{first.get('reason') or 'unknown'}")
             error = RuntimeFailure(text) if failed else BackendUnavailable(text)
             error.result = report
             raise error

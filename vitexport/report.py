@@ -175,8 +175,8 @@ def _vs_baseline(row: dict) -> dict | None:
 
 
 def _change(vs: dict | None) -> str:
-    """'+12% (+9..+15%) > 10%' for a row slower beyond its threshold (the interval where there is
-    one), '-3% (-5..-1%)' within it, '+8% (+1..+15%) ?' when the comparison could not tell."""
+    """'+12% (+9%..+15%) > 10%' for a row slower beyond its threshold (the interval where there is
+    one), '-3% (-5%..-1%)' within it, '+8% (+1%..+15%) ?' when the comparison could not tell."""
     if not vs:
         return ""
     text = f"{vs['change']:+.0%}"

@@ -286,11 +286,12 @@ def test_rounds_shuffle_the_order_keep_pairs_together_and_read_the_machine():
     rounds = Rounds({"ms": 10}, reference=Probe("ref", Recorder("ref", log), {"ms": 20}), gemms=gemms, seed=1,
                     gemm_bursts=3)
     rounds.run([a, b, c], 12)
-    # every round: a and b back to back, c and the reference somewhere; 6 GEMM bursts spread over 12 rounds
+    # every round: the reference, a group (the pair a+b back to back, or c), the reference, the other
+    # group, the reference; then the GEMM bursts, 6 of them spread over the 12 rounds
     assert len(rounds.states) == 12 and all(s["reference_ms"] == 2.0 for s in rounds.states)
     models = [n for n in log if n in ("a", "b", "c", "ref")]
-    orders = [tuple(models[i:i + 4]) for i in range(0, len(models), 4)]
-    assert all(sorted(o) == ["a", "b", "c", "ref"] for o in orders)
+    orders = [tuple(models[i:i + 6]) for i in range(0, len(models), 6)]
+    assert all(o[0] == "ref" and o[-1] == "ref" and sorted(o) == ["a", "b", "c", "ref", "ref", "ref"] for o in orders)
     assert all(abs(o.index("a") - o.index("b")) == 1 for o in orders)  # the pair is never split
     assert len(set(orders)) > 3  # the order changes from round to round
     assert [p.bursts for p in gemms] == [3, 3] and log.count("numpy") == 3

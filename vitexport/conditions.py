@@ -52,8 +52,8 @@ def phase_changes(reference_ms: list[float | None]) -> int:
 
 def summary(rounds: list[dict], threads: int, reference: dict | None) -> dict[str, Any]:
     """The report's `conditions`: what the machine was like over the run, every round kept."""
-    refs = [r.get("reference_ms") for r in rounds]
-    known = [r for r in refs if r]
+    refs = [r.get("reference_ms") for r in rounds]  # each round's slowest reading: did anything disturb it
+    known = [v for r in rounds for v in (r.get("reference_each_ms") or [r.get("reference_ms")]) if v]
     steal = [r["steal"] for r in rounds if r.get("steal") is not None]
     clocks = [r["clock_ghz"] for r in rounds if r.get("clock_ghz")]
     flop = (reference or {}).get("flop")

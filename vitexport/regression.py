@@ -41,6 +41,9 @@ MIN_QUIET = 4  # undisturbed rounds needed on each side of a stored comparison
 # The reference kernel in undisturbed rounds may differ by this much between two runs of one machine
 # before their states count as different.
 STATE_TOLERANCE = 0.10
+# Undisturbed rounds of one run whose medians still vary more than this (robust CV) were disturbed in
+# ways the reference kernel did not catch: a quiet machine keeps them within a few percent.
+QUIET_SPREAD = 0.10
 
 # Parity: an error more than ERROR_GROWTH times the baseline's is worse. Errors near zero (an
 # exact TorchScript trace gives 0) are raised to 0.1% of the tolerance first, so noise far below
@@ -192,7 +195,7 @@ def compare_ab(pairs: list[tuple[dict, dict]], unmatched: list[dict], paths: lis
 def stored_verdict(now: dict, old: dict, limit: float) -> dict[str, Any]:
     """A row now against the same row of a stored report, judged against `limit` (1 + margin)."""
     from .conditions import disturbed
-    from .stats import median, ratio_shift, ratio_to
+    from .stats import median, ratio_shift, ratio_to, relative_spread
 
     x, x_ref = rounds_of(now)
     y, y_ref = rounds_of(old)
@@ -216,22 +219,29 @@ def stored_verdict(now: dict, old: dict, limit: float) -> dict[str, Any]:
         state = median([x_ref[i] for i in quiet_x]) / median([y_ref[j] for j in quiet_y])
         out.update(normalised={"ratio": norm.ratio, "low": norm.low, "high": norm.high}, reference_ratio=state)
     if min(len(xs), len(ys)) < MIN_QUIET:
-        disturbed_now, disturbed_then = len(x) - len(xs), len(y) - len(ys)
         return {**out, "verdict": "undecided", "disturbed": True,
                 "why": f"too few undisturbed rounds ({len(xs)} of {len(x)} now, {len(ys)} of {len(y)} in the "
-                       f"baseline; {disturbed_now + disturbed_then} disturbed)"}
+                       "baseline)"}
+    spread = (relative_spread(xs) or 0.0, relative_spread(ys) or 0.0)
+    out["spread"] = list(spread)
+    if max(spread) > QUIET_SPREAD:
+        return {**out, "verdict": "undecided", "disturbed": True,
+                "why": f"the undisturbed rounds still vary by {spread[0]:.0%} now and {spread[1]:.0%} in the "
+                       f"baseline (a quiet machine: a few percent)"}
     return {**out, **_judge(raw, norm, limit, state)}
 
 
 def _judge(raw, norm, limit: float, state: float | None) -> dict[str, Any]:
     """Slower only when the measured and the normalised intervals both lie beyond the limit; within
-    the margin when the measured interval rules a slowdown out; else undecided, saying why."""
+    the margin when the measured interval rules a slowdown out (and, when the reference kernel says
+    the machine was in another state, the normalised one too: a slow baseline can hide a slowdown);
+    else undecided, saying why."""
     if raw.beyond(limit) and (norm is None or norm.beyond(limit)):
         return {"verdict": "slower", "why": f"the whole interval lies above {limit:.2f}x"
                 + (", also normalised by the reference kernel" if norm else "")}
-    if raw.within(limit):
-        return {"verdict": "ok", "why": f"a slowdown beyond {limit:.2f}x is ruled out"}
     off = state is not None and abs(math.log(state)) > math.log1p(STATE_TOLERANCE)
+    if raw.within(limit) and (not off or norm is None or norm.within(limit)):
+        return {"verdict": "ok", "why": f"a slowdown beyond {limit:.2f}x is ruled out"}
     if off:
         return {"verdict": "undecided", "disturbed": True,
                 "why": f"the reference kernel ran {state:.2f}x as long as in the baseline's undisturbed rounds"}

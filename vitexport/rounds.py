@@ -3,9 +3,8 @@ compares is measured close in time.
 
 Every round, each cell (one row: a worker at one batch size) runs one burst of timed runs while every
 other worker waits; the order is shuffled every round, and the two sides of an A/B pair always run
-back to back, in random order. A small reference kernel runs once per round at a random place
-among them (the machine's state, vitexport.conditions), and the roofline's GEMM libraries take turns
-at the end of rounds. On a machine whose speed changes in phases of seconds, two cells then see
+back to back, in random order. A small reference kernel runs between them (the machine's state,
+vitexport.conditions), and the roofline's GEMM libraries take turns at the end of rounds. On a machine whose speed changes in phases of seconds, two cells then see
 the same phases, and a phase that starts between the two halves of a pair hits either side alike.
 """
 
@@ -24,7 +23,12 @@ from .conditions import RoundClock
 from .progress import Progress
 from .stats import median
 
-REFERENCE_MS = 20  # one reference burst: ~60 products of 0.3 ms on two cores, their median kept
+REFERENCE_MS = 15  # one reference burst: ~50 products of 0.3 ms on two cores, their median kept
+
+
+def _slower(a: float | None, b: float | None) -> float | None:
+    known = [x for x in (a, b) if x is not None]
+    return max(known) if known else None
 
 
 class WorkerProcess:
@@ -59,6 +63,8 @@ class WorkerProcess:
             self.kill()
             code = self.proc.returncode
         self.closed = True
+        if self.log.closed:
+            return f"worker exited {code}"
         self.log.seek(0)
         lines = [line for line in self.log.read().strip().splitlines() if line.strip()]
         return f"worker exited {code}: {(lines or ['no output'])[-1][:200]}"
@@ -71,9 +77,8 @@ class WorkerProcess:
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            self.kill()
-        self.closed = True
-        self.log.close()
+            pass
+        self.kill()  # gone already, or stuck: either way nothing of it stays
         return reply
 
     def kill(self) -> None:
@@ -81,6 +86,8 @@ class WorkerProcess:
             self.proc.kill()
             self.proc.wait()
         self.closed = True
+        if not self.log.closed:
+            self.log.close()
 
 
 @dataclass(eq=False)
@@ -156,29 +163,32 @@ class Rounds:
                 self.progress.advance()
 
     def one(self, cells: list[Cell], burst: dict, gemm_slots: int = 0) -> dict:
+        """One round: the groups (a pair, or one cell) in shuffled order, the reference kernel before
+        each group and after the last, so every burst has a reading of the machine on either side of it
+        (a cell's reference for the round is the slower of the two)."""
         clock = RoundClock()
         groups: dict[Any, list[Cell]] = {}
         for cell in cells:  # a pair is one group; every other cell its own
             groups.setdefault(("pair", cell.pair) if cell.pair is not None else ("cell", id(cell)), []).append(cell)
-        order: list[Any] = list(groups.values()) + (["reference"] if self.reference else [])
+        order = list(groups.values())
         self.rng.shuffle(order)
-        ref_ms, ran = None, []
+        refs = [self._reference()]
         for group in order:
-            if group == "reference":
-                ref_ms = self.reference.burst()
-                continue
-            group = list(group)
             self.rng.shuffle(group)
-            for cell in group:
-                if self._burst(cell, burst):
-                    ran.append(cell)
+            ran = [cell for cell in group if self._burst(cell, burst)]
+            refs.append(self._reference())
+            for cell in ran:
+                cell.references.append(_slower(refs[-2], refs[-1]))
         for probe in self._gemm_turns(gemm_slots):
             probe.burst()
-        for cell in ran:
-            cell.references.append(ref_ms)
-        state = clock.finish(ref_ms)
+        known = [r for r in refs if r is not None]
+        state = clock.finish(max(known) if known else None)
+        state["reference_each_ms"] = refs
         self.states.append(state)
         return state
+
+    def _reference(self) -> float | None:
+        return self.reference.burst() if self.reference else None
 
     def _burst(self, cell: Cell, burst: dict) -> bool:
         reply = cell.worker.ask("burst", batch=cell.batch, **burst)

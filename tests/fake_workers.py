@@ -102,9 +102,9 @@ class FakeWorker:
 
 def install(monkeypatch, fake: Fake | None = None) -> Fake:
     """Replace bench's worker processes with fake ones for the test."""
-    from vitexport import benchrun
+    from vitexport import benchsession
 
     fake = fake or Fake()
     worker = type("Worker", (FakeWorker,), {"fake": fake})
-    monkeypatch.setattr(benchrun, "WorkerProcess", worker)
+    monkeypatch.setattr(benchsession, "WorkerProcess", worker)
     return fake

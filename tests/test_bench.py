@@ -203,11 +203,11 @@ def echo(monkeypatch):
     def job(mode="ok"):
         from vitexport.sidecar import ArtifactRecord, SourceRecord
 
+        source = SourceRecord(spec={"model": "echo"}, kind="test", config=None, weights_sha256=None,
+                              input_shape=[1, 3, 8, 8], preprocessing={})
         record = ArtifactRecord(backend="echo", artifact="", seed=0, precision="fp32", input_names=["x"],
                                 output_names=["y"], input_shape=["batch", 3, 8, 8], dynamic_batch=True, options={},
-                                info={"mode": mode}, source=SourceRecord(spec={"model": "echo"}, kind="test", config=None,
-                                                                         weights_sha256=None, input_shape=[1, 3, 8, 8],
-                                                                         preprocessing={}))
+                                info={"mode": mode}, source=source)
         return {"kind": "model", "backend": "echo", "module": "echo_backend", "artifact": None,
                 "record": record.to_dict(), "threads": 1, "seed": 0, "run": vars(RunOptions())}
 
@@ -311,7 +311,7 @@ def test_a_cell_that_fails_is_not_run_again():
 # --- bench: settings, strictness ------------------------------------------------------------------------------
 
 def test_rounds_and_bursts_from_the_settings():
-    from vitexport.benchrun import MIN_ROUNDS, Settings
+    from vitexport.benchsession import MIN_ROUNDS, Settings
 
     def settings(**kw):
         base = dict(threads=2, warmup_iters=0, warmup_s=0, iters=None, budget_s=5.0, seed=0, allow_fallback=False,
@@ -342,7 +342,8 @@ def test_rows_pool_their_rounds(monkeypatch, tmp_path):
     assert row["peak_rss_mb"] == 100.0 and row["first_inference_ms"] == 50.0 and "samples_ms" not in row
     conditions = report["conditions"]
     assert conditions["rounds"] == 2 and conditions["reference_kernel"]["what"] == "fake reference"
-    assert len(conditions["per_round"]) == 2 and {"steal", "clock_ghz", "reference_ms"} <= set(conditions["per_round"][0])
+    assert len(conditions["per_round"]) == 2
+    assert {"steal", "clock_ghz", "reference_ms"} <= set(conditions["per_round"][0])
     assert all(w.closed for w in fake.workers)
 
 

@@ -194,9 +194,9 @@ def test_csv_header_is_fixed(tmp_path):
     assert report.CSV_FIELDS == (
         "device", "model", "backend", "provider", "precision", "batch_size", "status", "p50_ms", "p90_ms", "p99_ms",
         "mean_ms", "std_ms", "min_ms", "max_ms", "throughput_ips", "cv", "unstable", "iterations", "rounds",
-        "round_spread", "load_s", "first_inference_ms", "artifact_mb", "peak_rss_mb", "peak_gpu_mb", "roofline_fraction",
-        "roofline_basis", "p50_change_vs_baseline", "change_low_vs_baseline", "change_high_vs_baseline",
-        "verdict_vs_baseline", "knee")
+        "round_spread", "load_s", "first_inference_ms", "artifact_mb", "peak_rss_mb", "peak_gpu_mb",
+        "roofline_fraction", "roofline_basis", "p50_change_vs_baseline", "change_low_vs_baseline",
+        "change_high_vs_baseline", "verdict_vs_baseline", "knee")
     for data in (full_report(), make_report([result("torch", 1, 20.0)])):  # the same header for any report
         report.write_csv(data, tmp_path / "r.csv")
         assert tuple(next(csv.reader(open(tmp_path / "r.csv")))) == report.CSV_FIELDS
@@ -259,7 +259,8 @@ def test_a_new_column_is_one_entry_in_the_list(monkeypatch):
 
 def test_rooflines_are_described_with_every_library_and_the_peak(tmp_path):
     data = make_report([result("onnxruntime", 1, 15.0, roofline_fraction=0.4, roofline_basis="cpu"),
-                        result("onnxruntime", 1, 5.0, precision="int8", roofline_fraction=None, roofline_basis="cpu-int8",
+                        result("onnxruntime", 1, 5.0, precision="int8", roofline_fraction=None,
+                               roofline_basis="cpu-int8",
                                roofline_note="130% of the cpu-int8 GEMM rate (300 GFLOP/s) even after measuring it "
                                              "again: not shown")])
     data["roofline"] = {"basis": "cpu", "n": 2048, "threads": 2, "gflops": 201.0, "library": "openvino",

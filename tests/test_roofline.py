@@ -40,7 +40,8 @@ def test_the_reference_kernel():
     ("cpu", "fp32", [], "cpu"), ("cpu", "int8", [], "cpu-int8"),
     ("cpu", "bf16", ["AVX-512 BF16"], "cpu-bf16"), ("cpu", "bf16", ["AVX2"], "cpu"),  # no bf16 units: fp32 work
     ("cpu", "fp16", ["AVX-512 FP16"], "cpu-fp16"), ("cpu", "fp16", ["AVX-512 BF16"], "cpu"),
-    ("cuda", "fp32", [], "cuda"), ("cuda", "fp16", [], "cuda-fp16"), ("cuda", "int8", [], None), (None, "fp32", [], None),
+    ("cuda", "fp32", [], "cuda"), ("cuda", "fp16", [], "cuda-fp16"), ("cuda", "int8", [], None),
+    (None, "fp32", [], None),
 ])
 def test_each_row_gets_the_basis_of_its_processor_and_precision(kind, precision, features, expected):
     assert basis_for(kind, precision, features) == expected

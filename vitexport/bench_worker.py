@@ -145,7 +145,8 @@ def failure(e: BaseException) -> dict:
 
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     kind = "unavailable" if isinstance(e, BackendUnavailable) else "failed"
-    return {"ok": False, "kind": kind, "reason": text if isinstance(e, VitexportError) else f"{type(e).__name__}: {text}"}
+    reason = text if isinstance(e, VitexportError) else f"{type(e).__name__}: {text}"
+    return {"ok": False, "kind": kind, "reason": reason}
 
 
 def protocol_stream():

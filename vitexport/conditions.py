@@ -30,8 +30,8 @@ class RoundClock:
 
     def finish(self, reference_ms: float | None) -> dict[str, Any]:
         ghz, _ = fingerprint.clock_ghz()
-        return {"reference_ms": reference_ms, "steal": fingerprint.steal_share(self.start_times, fingerprint.cpu_times()),
-                "clock_ghz": ghz, "seconds": time.monotonic() - self.t0}
+        steal = fingerprint.steal_share(self.start_times, fingerprint.cpu_times())
+        return {"reference_ms": reference_ms, "steal": steal, "clock_ghz": ghz, "seconds": time.monotonic() - self.t0}
 
 
 def disturbed(reference_ms: list[float | None]) -> list[bool]:

@@ -4,8 +4,9 @@ compares is measured close in time.
 Every round, each cell (one row: a worker at one batch size) runs one burst of timed runs while every
 other worker waits; the order is shuffled every round, and the two sides of an A/B pair always run
 back to back, in random order. A small reference kernel runs between them (the machine's state,
-vitexport.conditions), and the roofline's GEMM libraries take turns at the end of rounds. On a machine whose speed changes in phases of seconds, two cells then see
-the same phases, and a phase that starts between the two halves of a pair hits either side alike.
+vitexport.conditions), and the roofline's GEMM libraries take turns at the end of rounds. On a
+machine whose speed changes in phases of seconds, two cells then see the same phases, and a phase
+that starts between the two halves of a pair hits either side alike.
 """
 
 from __future__ import annotations

@@ -93,8 +93,6 @@ def is_auto(batches) -> bool:
 
 def parse_baseline(baseline) -> tuple[dict | None, Path | None, list[Path]]:
     """(stored report, its path, []) or (None, None, baseline artifacts)."""
-    from .regression import load_bench_baseline
-
     if baseline is None:
         return None, None, []
     paths = [Path(p) for p in (baseline if isinstance(baseline, (list, tuple)) else [baseline])]
@@ -111,6 +109,16 @@ def parse_baseline(baseline) -> tuple[dict | None, Path | None, list[Path]]:
         raise UsageError(f"--baseline {path}: no sidecar {sidecar.path_for(path).name} beside it (an artifact "
                          "baseline needs the sidecar vitexport wrote)")
     return load_bench_baseline(path), path, []
+
+
+def load_bench_baseline(path: Path) -> dict:
+    """A single machine's bench report (a merged `compare` report mixes machines)."""
+    from .report import is_merged, load
+
+    report = load(Path(path))
+    if is_merged(report) or report.get("merged_from"):
+        raise UsageError(f"--baseline {path} merges several machines; give one machine's bench report")
+    return report
 
 
 def check_intact(path: Path) -> None:

@@ -64,16 +64,6 @@ def read_json(path: Path, what: str) -> dict:
 # ------------------------------------------------------------------------------------------------ bench
 
 
-def load_bench_baseline(path: Path) -> dict:
-    """A single machine's bench report (a merged `compare` report mixes machines)."""
-    from .report import is_merged, load
-
-    report = load(Path(path))
-    if is_merged(report) or report.get("merged_from"):
-        raise UsageError(f"--baseline {path} merges several machines; give one machine's bench report")
-    return report
-
-
 def check_slowdown(max_slowdown: float | None) -> None:
     if max_slowdown is not None:
         from .options import check_number

@@ -128,6 +128,20 @@ def test_rounds_the_reference_kernel_missed_still_cannot_pass_for_quiet():
         assert v["verdict"] == "undecided" and v["disturbed"] and "still vary by" in v["why"]
 
 
+def test_a_shift_no_disturbance_can_explain_is_slower_even_on_a_busy_machine():
+    """Nearly every round disturbed on both sides, but every round now slower than every round then by
+    more than the limit, normalised too: slower. A run slow throughout whose reference kernel slowed
+    more than the model (normalised it is not slower) stays undecided."""
+    busy = set(range(20)) - {13, 15}
+    v = verdict(medians(20, 40.0, seed=21, slow=busy), refs(20, busy), medians(20, 10.0, seed=22, slow=busy),
+                refs(20, busy))
+    assert v["verdict"] == "slower" and "more than a disturbance can explain" in v["why"] and v["low"] > 2
+    slow_run = medians(20, 20.0, sd=0.15, seed=23)  # rounds that vary: no quiet set to trust
+    assert min(slow_run) > 1.1 * max(medians(20, 10.0, seed=24))
+    v = verdict(slow_run, refs(20, ms=0.8), medians(20, 10.0, seed=24), refs(20))
+    assert v["verdict"] == "undecided" and v["disturbed"]
+
+
 def test_a_report_without_rounds_is_compared_by_its_p50():
     old = row("torch", 1, rounds=[], p50=10.0)
     v = regression.stored_verdict(row("torch", 1, medians(20, 13.3, seed=13)), old, 1.10)

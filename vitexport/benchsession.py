@@ -23,6 +23,8 @@ MAX_ROUNDS = 200
 
 @dataclass
 class Settings:
+    """How one bench run measures: the user's settings, checked, and what follows from them."""
+
     threads: int
     warmup_iters: int
     warmup_s: float

@@ -208,17 +208,38 @@ def stored_verdict(now: dict, old: dict, limit: float) -> dict[str, Any]:
         norm = ratio_shift([x[i] / x_ref[i] for i in quiet_x], [y[j] / y_ref[j] for j in quiet_y])
         state = median([x_ref[i] for i in quiet_x]) / median([y_ref[j] for j in quiet_y])
         out.update(normalised={"ratio": norm.ratio, "low": norm.low, "high": norm.high}, reference_ratio=state)
-    if min(len(xs), len(ys)) < MIN_QUIET:
-        return {**out, "verdict": "undecided", "disturbed": True,
-                "why": f"too few undisturbed rounds ({len(xs)} of {len(x)} now, {len(ys)} of {len(y)} in the "
-                       "baseline)"}
-    spread = (relative_spread(xs) or 0.0, relative_spread(ys) or 0.0)
+    spread = (relative_spread(xs) or 0.0, relative_spread(ys) or 0.0) if xs and ys else (None, None)
     out["spread"] = list(spread)
-    if max(spread) > QUIET_SPREAD:
-        return {**out, "verdict": "undecided", "disturbed": True,
-                "why": f"the undisturbed rounds still vary by {spread[0]:.0%} now and {spread[1]:.0%} in the "
-                       f"baseline (a quiet machine: a few percent)"}
-    return {**out, **_judge(raw, norm, limit, state)}
+    if min(len(xs), len(ys)) < MIN_QUIET:
+        why = f"too few undisturbed rounds ({len(xs)} of {len(x)} now, {len(ys)} of {len(y)} in the baseline)"
+    elif max(spread) > QUIET_SPREAD:
+        why = (f"the undisturbed rounds still vary by {spread[0]:.0%} now and {spread[1]:.0%} in the baseline "
+               "(a quiet machine: a few percent)")
+    else:
+        return {**out, **_judge(raw, norm, limit, state)}
+    gross = beyond_noise(x, x_ref, y, y_ref, limit)
+    if gross is not None:
+        return {**out, **gross.to_dict(), "verdict": "slower",
+                "why": f"every round now took more than {limit:.2f}x the slowest round of the baseline, also "
+                       "normalised by the reference kernel: more than a disturbance can explain"}
+    return {**out, "verdict": "undecided", "disturbed": True, "why": why}
+
+
+def beyond_noise(x: list[float], x_ref: list, y: list[float], y_ref: list, limit: float):
+    """The shift over all rounds when no disturbance can explain it, else None. A disturbance only
+    ever adds time: when even the fastest round now is slower than the slowest round of the baseline
+    by more than the limit, and the rounds normalised by their reference kernel say so too (a run
+    that was slow throughout slowed its reference kernel with it), the row is slower."""
+    from .stats import ratio_shift
+
+    if min(x) <= limit * max(y):
+        return None
+    raw = ratio_shift(x, y)
+    if all(x_ref) and all(y_ref):
+        norm = ratio_shift([m / r for m, r in zip(x, x_ref)], [m / r for m, r in zip(y, y_ref)])
+        if not norm.beyond(limit):
+            return None
+    return raw
 
 
 def _judge(raw, norm, limit: float, state: float | None) -> dict[str, Any]:

@@ -250,8 +250,14 @@ def bench_report(result: dict[str, Any]) -> None:
 def compare_report(merged: dict[str, Any]) -> None:
     from . import report
 
+    from .conditions import describe
+
     console = wide_console()
     console.print(report.rich_table(merged, "vitexport compare"))
+    for src in merged.get("sources") or []:  # what each machine was like while its report was measured
+        if src.get("conditions"):
+            console.print(f"conditions on {escape(src['label'])}: {escape(describe(src['conditions']))}",
+                          highlight=False, soft_wrap=True)
     for b, names in merged["ranking"].items():
         console.print(f"batch {b}, fastest first: " + " < ".join(names), highlight=False)
     console.print("reports: " + ", ".join(merged["files"].values()), highlight=False, soft_wrap=True)

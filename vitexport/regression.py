@@ -199,24 +199,30 @@ def stored_verdict(now: dict, old: dict, limit: float) -> dict[str, Any]:
                                                        "the machine's state then unknown"}
         return {**out, **_judge(shift, None, limit, None)}
     quiet_y = [j for j, d in enumerate(disturbed(y_ref)) if not d]
-    xs, ys = [x[i] for i in quiet_x], [y[j] for j in quiet_y]
+    xs, ys = [x[i] for i in quiet_x], [y[j] for j in quiet_y]  # never empty: the fastest round is quiet
     raw = ratio_shift(xs, ys)
     out: dict[str, Any] = {"ratio": raw.ratio, "low": raw.low, "high": raw.high, "rounds": [len(x), len(y)],
                            "undisturbed_rounds": [len(xs), len(ys)], "confidence": raw.confidence}
     norm, state = None, None
-    if all(x_ref[i] for i in quiet_x) and all(y_ref[j] for j in quiet_y) and xs and ys:
+    if all(x_ref[i] for i in quiet_x) and all(y_ref[j] for j in quiet_y):
         norm = ratio_shift([x[i] / x_ref[i] for i in quiet_x], [y[j] / y_ref[j] for j in quiet_y])
         state = median([x_ref[i] for i in quiet_x]) / median([y_ref[j] for j in quiet_y])
         out.update(normalised={"ratio": norm.ratio, "low": norm.low, "high": norm.high}, reference_ratio=state)
-    spread = (relative_spread(xs) or 0.0, relative_spread(ys) or 0.0) if xs and ys else (None, None)
+    spread = (relative_spread(xs) or 0.0, relative_spread(ys) or 0.0)
     out["spread"] = list(spread)
-    if min(len(xs), len(ys)) < MIN_QUIET:
+    noisy_now = len(xs) < MIN_QUIET or spread[0] > QUIET_SPREAD
+    noisy_then = len(ys) < MIN_QUIET or spread[1] > QUIET_SPREAD
+    judged = _judge(raw, norm, limit, state)
+    # A disturbance only adds time: a noisy run now can invent a slowdown but never hide one, a noisy
+    # baseline can hide one but never invent it.
+    verdict = judged["verdict"]
+    if not {"slower": noisy_now, "ok": noisy_then}.get(verdict, noisy_now or noisy_then):
+        return {**out, **judged}
+    if len(xs) < MIN_QUIET or len(ys) < MIN_QUIET:
         why = f"too few undisturbed rounds ({len(xs)} of {len(x)} now, {len(ys)} of {len(y)} in the baseline)"
-    elif max(spread) > QUIET_SPREAD:
+    else:
         why = (f"the undisturbed rounds still vary by {spread[0]:.0%} now and {spread[1]:.0%} in the baseline "
                "(a quiet machine: a few percent)")
-    else:
-        return {**out, **_judge(raw, norm, limit, state)}
     gross = beyond_noise(x, x_ref, y, y_ref, limit)
     if gross is not None:
         return {**out, **gross.to_dict(), "verdict": "slower",

@@ -214,6 +214,9 @@ class Session:
             found, cells = sweep.run(p.cell, new_cell, pair, throughput,
                                      step_seconds=2 * (self.settings.budget_s or 1.0),
                                      latency_budget_ms=self.settings.latency_budget_ms)
+            for step in found.steps:  # each batch's numbers from all its rounds, as its row shows them
+                if not cells[step.batch].failure:
+                    step.throughput_ips, step.p50_ms = throughput(cells[step.batch])
             knee = found.knee(self.settings.latency_budget_ms)
             p.sweep_rows = []
             for batch, cell in sorted(cells.items()):

@@ -488,7 +488,8 @@ def sweep_lines(report: dict) -> list[str]:
         what = f"{sw['backend']} {sw['precision']}" + (f" ({sw['artifact']})" if sw.get("artifact") else "")
         knee = (f"knee at batch {sw['knee_batch']}: {sw['knee_ips']:.4g} images/s" if sw.get("knee_batch")
                 else "no knee within the latency budget")
-        steps = ", ".join(f"{s['batch']}: {s['throughput_ips']:.4g}/s" for s in sw["steps"])
+        steps = ", ".join(f"{s['batch']}: {s['throughput_ips']:.4g}/s"
+                          + (f" ({s['gain']['ratio'] - 1:+.0%} paired)" if s.get("gain") else "") for s in sw["steps"])
         lines.append(f"{what}: {knee} (batches {steps}); stopped: {sw['stopped']}.")
     return lines
 

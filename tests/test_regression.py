@@ -324,6 +324,9 @@ def test_a_disturbed_machine_gives_inconclusive_and_exit_0_after_measuring_again
     (["--batch", "x"], "--batch must be a whole number or auto"),
     (["--batch", "auto", "--batch", "2"], "--batch auto sweeps the batch itself"),
     (["--recheck-s", "-1"], "--recheck-s must be >= 0"),
+    (["--baseline", "{tmp}/no_p50.json"], "result 1 ran but has no p50 latency"),
+    (["--baseline", "{tmp}/bad_rounds.json"], "result 1 has malformed per-round timings"),
+    (["--baseline", "{tmp}/not_rows.json"], "result 1 is not a row"),
 ])
 def test_bad_baseline_options_exit_2_before_any_work(tmp_path, args, message, monkeypatch):
     monkeypatch.setattr(benchrun, "measure_all", lambda *a, **k: pytest.fail("work started"))
@@ -332,6 +335,11 @@ def test_bad_baseline_options_exit_2_before_any_work(tmp_path, args, message, mo
     merged = {"schema": "vitexport.bench/1", "merged_from": ["a.json", "b.json"],
               "results": [{"backend": "torch", "device_label": "A"}]}
     (tmp_path / "merged.json").write_text(json.dumps(merged))
+    ran = {"backend": "torch", "batch_size": 1, "precision": "fp32", "available": True}
+    for name, row in (("no_p50", ran), ("bad_rounds", {**ran, "latency_ms": {"p50": 1.0},
+                                                        "per_round": {"median_ms": ["x", -1]}})):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"schema": "vitexport.bench/1", "results": [row]}))
+    (tmp_path / "not_rows.json").write_text(json.dumps({"schema": "vitexport.bench/1", "results": [7]}))
     result = invoke("bench", *TINY, "--out", tmp_path / "out", *[a.format(tmp=tmp_path) for a in args])
     assert result.exit_code == 2 and message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

@@ -108,10 +108,11 @@ def name(key: tuple) -> str:
 def rounds_of(row: dict) -> tuple[list[float], list[float | None]]:
     """A row's per-round medians and the reference kernel of each round ([] for older reports)."""
     per = row.get("per_round") or {}
-    medians = [m for m in per.get("median_ms") or [] if isinstance(m, (int, float)) and m > 0]
-    refs = list(per.get("reference_ms") or [])
-    refs = (refs + [None] * len(medians))[:len(medians)]
-    return medians, [r if isinstance(r, (int, float)) and r > 0 else None for r in refs]
+    medians = list(per.get("median_ms") or [])
+    refs = (list(per.get("reference_ms") or []) + [None] * len(medians))[:len(medians)]
+    kept = [(m, r if isinstance(r, (int, float)) and r > 0 else None) for m, r in zip(medians, refs)
+            if isinstance(m, (int, float)) and m > 0]  # a hand-edited report may hold anything
+    return [m for m, _ in kept], [r for _, r in kept]
 
 
 # --- A/B: paired rounds ------------------------------------------------------------------------------------

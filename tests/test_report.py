@@ -308,3 +308,20 @@ def test_the_conditions_and_the_verdicts_are_in_words(tmp_path):
     assert "| +30% (+27%..+33%) > 5% |" in markdown
     table = render(report.rich_table(data))
     assert "+30%>5%" in table
+
+
+def test_compare_names_machines_with_brackets_and_their_conditions(tmp_path, capsys):
+    from vitexport.render import compare_report
+
+    a, b = tmp_path / "monday.json", tmp_path / "tuesday.json"
+    for path in (a, b):
+        data = make_report([result("torch", 1, 20.0)], "Xeon")
+        data["conditions"] = {"threads": 2, "rounds": 8, "seconds": 4.0, "phase_changes": 0, "disturbed_rounds": 0}
+        report.write_json(data, path)
+    merged = report.merge([a, b])
+    merged["ranking"] = {"1": [f"{r['device_label']} {r['backend']}" for r in report.ranking(merged)[1]]}
+    merged["files"] = {}
+    compare_report(merged)
+    out = capsys.readouterr().out
+    assert "fastest first: Xeon [monday] torch < Xeon [tuesday] torch" in out  # [..] is text, not markup
+    assert "conditions on Xeon [monday]: threads 2; 8 rounds in 4 s" in out

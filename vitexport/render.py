@@ -259,7 +259,7 @@ def compare_report(merged: dict[str, Any]) -> None:
             console.print(f"conditions on {escape(src['label'])}: {escape(describe(src['conditions']))}",
                           highlight=False, soft_wrap=True)
     for b, names in merged["ranking"].items():
-        console.print(f"batch {b}, fastest first: " + " < ".join(names), highlight=False)
+        console.print(f"batch {b}, fastest first: " + escape(" < ".join(names)), highlight=False)
     console.print("reports: " + ", ".join(merged["files"].values()), highlight=False, soft_wrap=True)
 
 

@@ -16,7 +16,7 @@ A trial counts as an alarm when the command exits 5. At 1.0x an alarm is false; 
 is a detection. "inconclusive" (exit 0 with a warning) is counted apart.
 
 Writes RESULTS/false-alarms.json (every trial) and RESULTS/false-alarms.md (the rates). At the
-defaults (20 trials, 2 threads, --budget-s 5) a 2-vCPU machine takes about 80 minutes.
+defaults (20 trials, 2 threads, --budget-s 5) a 2-vCPU machine takes about 2 hours.
 """
 
 from __future__ import annotations

@@ -305,6 +305,23 @@ def _bench_help() -> str:
     return ", ".join(backends.bench_targets()) + " (repeatable)."
 
 
+def _batches(values: Optional[list[str]]) -> "list[int] | str":
+    """--batch N (repeatable) or --batch auto."""
+    if not values:
+        return [1]
+    if "auto" in [v.strip().lower() for v in values]:
+        if len(values) > 1:
+            raise UsageError("--batch auto sweeps the batch itself; give it alone")
+        return "auto"
+    out = []
+    for v in values:
+        try:
+            out.append(int(v))
+        except ValueError:
+            raise UsageError(f"--batch must be a whole number or auto, got {v!r}") from None
+    return out
+
+
 @app.command()
 @handle_errors
 def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
@@ -312,28 +329,35 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
           config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt = None, allow_pickle: PickleOpt = False,
           input_shape: ShapeOpt = None, overrides: SetOpt = None, seed: SeedOpt = 0,
           backend: Annotated[Optional[list[str]], typer.Option("--backend", "-b", help=_bench_help())] = None,
-          batch: Annotated[Optional[list[int]], typer.Option("--batch", help="Batch size (repeatable).")] = None,
+          batch: Annotated[Optional[list[str]], typer.Option(
+              "--batch", help="Batch size (repeatable), or auto: double it until throughput stops improving and "
+                              "report the knee.")] = None,
+          latency_budget_ms: Annotated[Optional[float], typer.Option(
+              help="With --batch auto: the largest p50 latency a batch may have.")] = None,
           threads: Annotated[Optional[int], typer.Option(help="Threads for torch, ONNX Runtime and OpenMP "
                                                                 "(default: the usable cores).")] = None,
           warmup_iters: Annotated[int, typer.Option(help="Warm-up runs (at least).")] = 5,
           warmup_s: Annotated[float, typer.Option(help="Warm-up seconds (at least).")] = 1.0,
-          iters: Annotated[Optional[int], typer.Option(help="Timed runs (default: fill --budget-s).")] = None,
-          budget_s: Annotated[float, typer.Option(help="Seconds of timed runs per measurement.")] = 5.0,
-          roofline: Annotated[bool, typer.Option(help="Also measure the machine's GEMM rate.")] = True,
+          iters: Annotated[Optional[int], typer.Option(help="Timed runs per row (default: fill --budget-s).")] = None,
+          budget_s: Annotated[float, typer.Option(help="Seconds of timed runs per row.")] = 5.0,
+          roofline: Annotated[bool, typer.Option(help="Also measure the machine's GEMM rates.")] = True,
           label: Annotated[Optional[str], typer.Option(help="Name of this machine in merged reports.")] = None,
           allow_fallback: Annotated[bool, typer.Option(
               help="Accept the provider ONNX Runtime falls back to when a GPU provider cannot start.")] = False,
-          rounds: Annotated[int, typer.Option(
-              help="Measure every cell this many times, the cells taking turns (ratios that hold on a busy "
-                   "machine).")] = 1,
+          rounds: Annotated[Optional[int], typer.Option(
+              help="Short rounds the rows take turns in (default: bursts of about 0.25 s that fill --budget-s, "
+                   "at least 8).")] = None,
           trust_code: TrustOpt = False, out: OutOpt = Path("vitexport-out"),
           json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the JSON report here.")] = None,
-          baseline: Annotated[Optional[Path], typer.Option(
-              help="An earlier bench JSON report of this machine: exit 5 when a row's p50 is slower beyond the "
-                   "threshold.")] = None,
+          baseline: Annotated[Optional[list[Path]], typer.Option(
+              help="Artifacts to measure in the same rounds and compare with (repeatable; the CI gate), or an "
+                   "earlier bench JSON report of this machine: exit 5 when a row is slower beyond the margin.")] = None,
           max_slowdown: Annotated[Optional[float], typer.Option(
-              help="With --baseline: the slowdown in percent that fails (default: from both rows' CV, at least "
-                   "10).")] = None,
+              help="With --baseline: the slowdown in percent the whole interval must exceed to fail (default 5 "
+                   "against artifacts, 10 against a report).")] = None,
+          recheck_s: Annotated[Optional[float], typer.Option(
+              help="With --baseline: seconds per row to measure again what could not be told from noise "
+                   "(default: --budget-s).")] = None,
           quiet: QuietOpt = False,
           ) -> None:
     """Time each backend on identical inputs; print one table, write JSON, CSV, Markdown and a PNG plot."""
@@ -349,13 +373,16 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
         if (config or model or not artifacts) else None
     try:
         with progress_for(quiet) as progress:  # stdout is the table even with --json PATH: progress stays
-            result = api.bench(spec, backend or ["torch", "onnxruntime"], batch or [1], artifacts=artifacts or [],
+            result = api.bench(spec, backend or ["torch", "onnxruntime"], _batches(batch), artifacts=artifacts or [],
                                threads=threads, warmup_iters=warmup_iters, warmup_s=warmup_s, iters=iters,
                                budget_s=budget_s, seed=seed, out_dir=out, roofline=roofline, label=label,
-                               allow_fallback=allow_fallback, trust_code=trust_code, baseline=baseline,
-                               max_slowdown=max_slowdown, rounds=rounds, progress=progress)
-    except RegressionError as e:
-        show(e.result)
+                               allow_fallback=allow_fallback, trust_code=trust_code, baseline=baseline or None,
+                               max_slowdown=max_slowdown, rounds=rounds, latency_budget_ms=latency_budget_ms,
+                               recheck_s=recheck_s, progress=progress)
+    except VitexportError as e:  # a slower row, or nothing that could run: the table first, then the error
+        result = getattr(e, "result", None)
+        if isinstance(result, dict) and result.get("schema", "").startswith("vitexport.bench/"):
+            show(result)
         raise
     show(result)
 

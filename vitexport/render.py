@@ -246,34 +246,47 @@ def derived(console, info: dict[str, Any]) -> None:
 
 
 def bench_report(result: dict[str, Any]) -> None:
+    """The bench table, then what explains it: the machine's conditions during the run, the
+    rooflines with the theoretical peak, the sweep's knee, the verdict against the baseline."""
     from . import report
+    from .conditions import describe
 
     console = wide_console()
     title = f"vitexport bench: {result['model']} ({result['settings']['threads']} threads)"
     print_table(console, report.rich_table(result, title))
-    roof = result.get("roofline")
-    if roof:
-        console.print(f"roofline: one {roof['n']}³ MatMul in ONNX Runtime reaches {roof['gflops']:.0f} GFLOP/s here")
-    int8 = result.get("roofline_int8")
-    if int8:
-        console.print(f"int8 roofline: the same MatMul with int8 weights reaches {int8['gflops']:.0f} GOP/s here")
+    if result.get("conditions"):
+        console.print(f"conditions: {escape(describe(result['conditions']))}", highlight=False, soft_wrap=True)
+    for line in report.roofline_lines(result):
+        console.print(f"roofline: {escape(line)}", highlight=False, soft_wrap=True)
+    for line in report.sweep_lines(result):
+        console.print(f"[bold]throughput sweep:[/bold] {escape(line)}", highlight=False, soft_wrap=True)
     jetson = report.jetson_line(result.get("fingerprint") or {})
     if jetson:
         console.print(jetson, highlight=False)
     if result.get("baseline"):
+        colour = {"slower": "red", "inconclusive": "yellow"}
         for line in report.baseline_lines(result["baseline"]):
-            console.print(f"[red]{escape(line)}[/red]" if line.startswith("slower") else escape(line),
-                          highlight=False, soft_wrap=True)
+            tint = colour.get(line.split(":", 1)[0])
+            console.print(f"[{tint}]{escape(line)}[/{tint}]" if tint else escape(line), highlight=False,
+                          soft_wrap=True)
+    for warning in result.get("warnings", []):
+        stderr_console().print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     console.print("reports: " + ", ".join(result["files"].values()), highlight=False, soft_wrap=True)
 
 
 def compare_report(merged: dict[str, Any]) -> None:
     from . import report
 
+    from .conditions import describe
+
     console = wide_console()
     print_table(console, report.rich_table(merged, "vitexport compare"))
+    for src in merged.get("sources") or []:  # what each machine was like while its report was measured
+        if src.get("conditions"):
+            console.print(f"conditions on {escape(src['label'])}: {escape(describe(src['conditions']))}",
+                          highlight=False, soft_wrap=True)
     for b, names in merged["ranking"].items():
-        console.print(f"batch {b}, fastest first: " + " < ".join(names), highlight=False)
+        console.print(f"batch {b}, fastest first: " + escape(" < ".join(names)), highlight=False)
     console.print("reports: " + ", ".join(merged["files"].values()), highlight=False, soft_wrap=True)
 
 

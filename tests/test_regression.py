@@ -314,7 +314,7 @@ def test_a_disturbed_machine_gives_inconclusive_and_exit_0_after_measuring_again
 @pytest.mark.parametrize("args,message", [
     (["--max-slowdown", "-5"], "--max-slowdown must be >= 0"),
     (["--max-slowdown", "nan"], "--max-slowdown must be a finite number"),
-    (["--baseline", "{tmp}/missing.json"], "missing.json does not exist"),
+    (["--baseline", "{tmp}/missing.json"], "missing.json: it does not exist"),
     (["--baseline", "{tmp}/verify.json"], "is not a vitexport bench report"),
     (["--baseline", "{tmp}/merged.json"], "merges several machines"),
     (["--baseline", "{tmp}/verify.json", "--baseline", "{tmp}/merged.json"], "--baseline takes one bench report"),
@@ -492,7 +492,7 @@ def test_verify_baseline_of_another_kind_exits_2_before_work(onnx_export, tmp_pa
     (tmp_path / "bench.json").write_text(json.dumps({"schema": "vitexport.bench/1", "results": []}))
     for name, message in (("coreml.json", "is a coreml fp16 result; this artifact is onnx fp32"),
                           ("skipped.json", "holds no parity numbers"), ("bench.json", "is not a vitexport verify"),
-                          ("missing.json", "missing.json does not exist")):
+                          ("missing.json", "missing.json: it does not exist")):
         result = invoke("verify", exported["artifact"], "--baseline", tmp_path / name)
         assert result.exit_code == 2 and message in result.stderr, (name, result.stderr)
     bad = invoke("verify", exported["artifact"], "--baseline", out / "export.json", "--max-error-growth", "0.5")

@@ -154,7 +154,7 @@ def test_rejects_files_that_are_not_bench_reports(tmp_path):
     with pytest.raises(UsageError, match="vitexport.bench/2"):
         report.load(bad)
     bad.write_text("not json")
-    with pytest.raises(UsageError, match="is not valid JSON"):
+    with pytest.raises(UsageError, match="it is not readable JSON"):
         report.load(bad)
     with pytest.raises(UsageError):
         report.merge([])

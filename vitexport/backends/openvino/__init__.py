@@ -25,9 +25,10 @@ class OpenVinoBackend(Backend):
     Options = OpenVinoOptions
     extra = "openvino"
     tool_packages = ("openvino", "nncf")
-    # bf16 keeps 8 bits of mantissa to fp16's 11, but the same range as fp32: over a ViT-B its error is
-    # within fp16's tolerance (README, benchmarks/openvino.py), and it must keep PyTorch's decisions alike.
-    tolerances = {"bf16": Tolerance(atol=5e-2, rtol=5e-2, min_cosine=0.999, min_top1_agreement=0.99,
+    # bf16 rounds to 8 significant bits where fp16 keeps 11 (8x its rounding error, fp32's range): its
+    # elementwise tolerance is wider than fp16's (the trained digits sample's worst of 360 images: max
+    # abs error 0.15, cosine 0.9988), while it must keep PyTorch's decisions as fp16 must (the same gate).
+    tolerances = {"bf16": Tolerance(atol=0.2, rtol=0.1, min_cosine=0.998, min_top1_agreement=0.99,
                                     max_accuracy_drop=0.5)}
 
     def availability(self) -> Availability:

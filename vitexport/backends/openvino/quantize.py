@@ -1,20 +1,28 @@
 """int8 IR with NNCF post-training quantization, calibrated on images.
 
-`nncf.quantize` with ModelType.TRANSFORMER: int8 for the matrix products (the linear layers, the
-patch embedding's convolution and attention's products), LayerNorm, Softmax and GELU left in float.
-Two choices were measured (benchmarks/openvino.py, README): SmoothQuant is off, because on the few
-images users calibrate on it tunes its scales to them and a ViT-B's outputs on other inputs then
-drift (cosine 0.976 against PyTorch on random pixels, 0.999 without it, the same on the calibration
-images); and the classifier head stays in float, as in vitexport's ONNX int8.
+`nncf.quantize` with ModelType.TRANSFORMER (preset MIXED: symmetric int8 weights per channel,
+asymmetric int8 activations per tensor) takes the linear layers; LayerNorm, Softmax and GELU stay in
+float. Measured choices (README, "OpenVINO"; `benchmarks/openvino.py`):
 
-What is kept in float: the head, --keep-fp32 (op types, node names, globs over names, or module
-paths), and the encoder blocks the accuracy search chose. Node names of a converted PyTorch module
-carry the module path they came from (`__module.blocks.0.attn.qkv/aten::linear/MatMul`).
+- SmoothQuant is off. On the handful of images users calibrate on it tunes its scales to them: a
+  ViT-B calibrated on samples/images then reached cosine 0.976 to PyTorch on other inputs (0.999
+  without it, and the same on the calibration images).
+- The patch embedding, the classifier head and attention's activation x activation products stay in
+  float, as in vitexport's ONNX int8. The patch embedding reads raw pixels, where int8 loses most:
+  on the trained digits sample its worst image's cosine rose from 0.963 to 0.990 with it in float,
+  and to 0.998 with attention's products too; on ViT-B none of the three changed the latency
+  measurably (they are about 2% of its multiply-adds).
+
+Also kept in float: --keep-fp32 (op types, node names, globs over names, or module paths) and the
+encoder blocks the accuracy search chose. A converted PyTorch module's node names carry the module
+path they came from (`__module.blocks.0.attn.qkv/aten::linear/MatMul`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import io
 import re
 from typing import TYPE_CHECKING
 
@@ -48,22 +56,59 @@ def ops_of(model) -> list:
     return [op for op in model.get_ordered_ops() if op.get_type_name() not in SKIPPED_TYPES]
 
 
-def head_ops(model) -> list[str]:
-    """The weight ops nearest the outputs (the classifier head and any projection after the last
-    block): found by walking back from each output to the first matrix product."""
-    found, seen = [], set()
-    stack = [result.input_value(0).get_node() for result in model.get_results()]
+def constant_valued(node, memo: dict) -> bool:
+    """Whether a node's value is fixed at conversion (a weight, or ops on weights only)."""
+    name = node.get_friendly_name()
+    if name not in memo:
+        kind = node.get_type_name()
+        memo[name] = kind == "Constant" or (kind != "Parameter" and all(
+            constant_valued(v.get_node(), memo) for v in node.input_values()))
+    return memo[name]
+
+
+def weight_ops(model) -> list:
+    """The ops that multiply by a stored weight: the linear layers and the patch embedding."""
+    memo: dict = {}
+    return [op for op in ops_of(model) if op.get_type_name() in WEIGHT_OPS
+            and any(constant_valued(v.get_node(), memo) for v in op.input_values())]
+
+
+def activation_products(model) -> list[str]:
+    """Attention's products of two activations (scores and their weighting of the values): fused
+    ScaledDotProductAttention ops, or MatMuls without a weight."""
+    weights = {op.get_friendly_name() for op in weight_ops(model)}
+    return [op.get_friendly_name() for op in ops_of(model) if op.get_type_name() == "ScaledDotProductAttention"
+            or (op.get_type_name() == "MatMul" and op.get_friendly_name() not in weights)]
+
+
+def nearest_weight_ops(model, start: list, forward: bool) -> list[str]:
+    """The first weight ops reached from `start` nodes, walking towards the outputs or the inputs."""
+    weights = {op.get_friendly_name() for op in weight_ops(model)}
+    found, seen, stack = [], set(), list(start)
     while stack:
         node = stack.pop()
         name = node.get_friendly_name()
-        if name in seen or node.get_type_name() in ("Constant", "Parameter"):
+        if name in seen or node.get_type_name() == "Constant":
             continue
         seen.add(name)
-        if node.get_type_name() in WEIGHT_OPS:
+        if name in weights:
             found.append(name)
             continue
-        stack.extend(value.get_node() for value in node.input_values())
+        if forward:
+            stack.extend(t.get_node() for out in node.outputs() for t in out.get_target_inputs())
+        else:
+            stack.extend(v.get_node() for v in node.input_values())
     return sorted(found)
+
+
+def head_ops(model) -> list[str]:
+    """The weight ops nearest the outputs: the classifier head (and any projection after the last block)."""
+    return nearest_weight_ops(model, [r.input_value(0).get_node() for r in model.get_results()], forward=False)
+
+
+def input_ops(model) -> list[str]:
+    """The weight ops nearest the input: the patch embedding."""
+    return nearest_weight_ops(model, list(model.get_parameters()), forward=True)
 
 
 def matching(entry: str, ops: list) -> list[str]:
@@ -93,8 +138,11 @@ def kept_float(model, options: "OpenVinoOptions") -> dict[str, str]:
         raise UsageError(f"--keep-fp32: no op type, node name or module of this model matches {', '.join(unknown)}")
     for path in options.search_keep:
         why.update({n: "accuracy search" for n in matching(path, ops) if n not in why})
-    # Measured in ONNX int8 and here alike: the head in float costs no speed and keeps the logits closer.
-    why.update({n: "classifier head" for n in head_ops(model) if n not in why})
+    # Float by default, each measured (module docstring): no speed lost, accuracy kept.
+    defaults = (("patch embedding", input_ops(model)), ("classifier head", head_ops(model)),
+                ("attention product", activation_products(model)))
+    for reason, names in defaults:
+        why.update({n: reason for n in names if n not in why})
     return why
 
 
@@ -102,7 +150,8 @@ def quantize_ir(model, options: "OpenVinoOptions", calibration: "np.ndarray", ba
     """The int8 form of `model`, calibrated on `calibration` (N, C, H, W) in batches of `batch` (the
     model's own when it is static). Returns it and what the sidecar records."""
     try:
-        import nncf
+        with quiet_nncf():
+            import nncf
     except ImportError:
         raise BackendUnavailable("int8 IR needs NNCF: pip install 'vitexport[openvino]'") from None
     if calibration is None or len(calibration) == 0:
@@ -117,13 +166,15 @@ def quantize_ir(model, options: "OpenVinoOptions", calibration: "np.ndarray", ba
         quantized = nncf.quantize(model, nncf.Dataset(items), model_type=nncf.ModelType.TRANSFORMER,
                                   preset=nncf.QuantizationPreset.MIXED, subset_size=len(items), ignored_scope=nncf.IgnoredScope(names=sorted(why)),
                                   advanced_parameters=params)
-    weights = [op.get_friendly_name() for op in ops_of(model) if op.get_type_name() in WEIGHT_OPS]
-    shown = {name: reason for name, reason in why.items() if name in weights}  # the ops int8 would have taken
+    weights = [op.get_friendly_name() for op in weight_ops(model)]
+    products = activation_products(model)
+    shown = {name: reason for name, reason in why.items() if name in weights or name in products}
     fake_quantize = sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ordered_ops())
     return quantized, {
-        "tool": f"nncf {nncf.__version__}", "scheme": "ModelType.TRANSFORMER, preset MIXED, SmoothQuant off",
+        "mode": "static", "tool": f"nncf {nncf.__version__}",
+        "scheme": "ModelType.TRANSFORMER, preset MIXED, SmoothQuant off",
         "activations": f"int8 asymmetric per tensor, ranges from {len(calibration)} calibration images",
-        "weights": "int8 symmetric, per output channel", "quantized_ops": len(weights) - len(shown),
+        "weights": "int8 symmetric, per output channel", "quantized_nodes": sum(w not in why for w in weights),
         "fake_quantize_nodes": fake_quantize, "kept_float": shown}
 
 
@@ -141,6 +192,10 @@ def batches(images: "np.ndarray", batch: int) -> list:
     return out
 
 
+@contextlib.contextmanager
 def quiet_nncf():
-    """NNCF logs its progress bars and advice through its logger; vitexport reports progress itself."""
-    return quiet_loggers("nncf")
+    """NNCF logs advice through its logger and draws progress bars on stdout; vitexport reports
+    progress itself (and `--json` keeps stdout for its one object)."""
+    # NNCF imports torch's cpp_extension, which warns that there is no CUDA.
+    with quiet_loggers("nncf", "torch.utils.cpp_extension"), contextlib.redirect_stdout(io.StringIO()):
+        yield

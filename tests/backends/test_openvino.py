@@ -10,15 +10,15 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-pytest.importorskip("openvino")
+from vitexport import api, backends, sidecar
+from vitexport.backends.base import RunOptions
+from vitexport.backends.openvino import devices
+from vitexport.backends.openvino.options import OpenVinoOptions
+from vitexport.cli import app
+from vitexport.errors import BackendUnavailable, RuntimeFailure
+from vitexport.sources import SourceSpec
 
-from vitexport import api, backends, sidecar  # noqa: E402
-from vitexport.backends.base import RunOptions  # noqa: E402
-from vitexport.backends.openvino import devices  # noqa: E402
-from vitexport.backends.openvino.options import OpenVinoOptions  # noqa: E402
-from vitexport.cli import app  # noqa: E402
-from vitexport.errors import BackendUnavailable, RuntimeFailure  # noqa: E402
-from vitexport.sources import SourceSpec  # noqa: E402
+pytest.importorskip("openvino")
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "samples" / "images"

@@ -2,7 +2,7 @@
 
 `nncf.quantize` with ModelType.TRANSFORMER (preset MIXED: symmetric int8 weights per channel,
 asymmetric int8 activations per tensor) takes the linear layers; LayerNorm, Softmax and GELU stay in
-float. Measured choices (README, "OpenVINO"; `benchmarks/openvino.py`):
+float. Measured choices (README, "OpenVINO"; `benchmarks/openvino_speed.py`):
 
 - SmoothQuant is off. On the handful of images users calibrate on it tunes its scales to them: a
   ViT-B calibrated on samples/images then reached cosine 0.976 to PyTorch on other inputs (0.999
@@ -164,8 +164,8 @@ def quantize_ir(model, options: "OpenVinoOptions", calibration: "np.ndarray", ba
         smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=-1))  # -1: SmoothQuant off (see above)
     with quiet_nncf():
         quantized = nncf.quantize(model, nncf.Dataset(items), model_type=nncf.ModelType.TRANSFORMER,
-                                  preset=nncf.QuantizationPreset.MIXED, subset_size=len(items), ignored_scope=nncf.IgnoredScope(names=sorted(why)),
-                                  advanced_parameters=params)
+                                  preset=nncf.QuantizationPreset.MIXED, subset_size=len(items),
+                                  ignored_scope=nncf.IgnoredScope(names=sorted(why)), advanced_parameters=params)
     weights = [op.get_friendly_name() for op in weight_ops(model)]
     products = activation_products(model)
     shown = {name: reason for name, reason in why.items() if name in weights or name in products}

@@ -234,7 +234,9 @@ def test_doctor_lists_openvinos_devices_and_what_each_computes():
 
     verdict = backend_verdict("openvino")
     cpu = verdict["facts"]["devices"]["CPU"]
-    assert "FP32" in cpu["capabilities"] and cpu["default_precision"] in ("fp32", "bf16", "fp16")
+    assert "FP32" in cpu["capabilities"]
+    # What it computes in unasked, or why that does not even compile (a capped instruction set).
+    assert cpu["default_precision"] in ("fp32", "bf16", "fp16") or cpu["error"]
     assert any(note.startswith("CPU (") for note in verdict["notes"])
     assert {b["target"] for b in verdict["bench"]} == {"openvino", "openvino-gpu", "openvino-npu"}
 

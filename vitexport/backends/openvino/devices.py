@@ -49,12 +49,45 @@ def absent_reason(device: str) -> str | None:
 
 def bf16_reason(device: str) -> str | None:
     """Why `device` cannot compute in bf16 natively; None when it can. Checked before any bf16 work:
-    without native bf16, OpenVINO would silently compute in fp32 and the label would lie."""
+    without native bf16, OpenVINO would compute in fp32 under a bf16 label, or fail to compile. The
+    capability list alone is not enough (a CPU whose instruction set is capped, by ONEDNN_MAX_CPU_ISA
+    say, still lists BF16), so a small model is compiled in bf16 too."""
     caps = capabilities(device)
-    if "BF16" in caps:
-        return None
-    return (f"bf16 needs native bf16 (AVX-512 BF16 or AMX on x86); OpenVINO's {device} here reports "
-            f"{', '.join(sorted(caps)) or 'no capabilities'}")
+    if "BF16" not in caps:
+        return (f"bf16 needs native bf16 (AVX-512 BF16 or AMX on x86); OpenVINO's {device} here reports "
+                f"{', '.join(sorted(caps)) or 'no capabilities'}")
+    computed, error = probe(device, "bf16")
+    if error:
+        return f"OpenVINO's {device} lists BF16 but cannot compile bf16 kernels here: {error}"
+    if computed != "bf16":
+        return f"OpenVINO's {device} lists BF16 but computes in {computed} when asked for bf16"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def probe(device: str, hint: str | None) -> tuple[str | None, str | None]:
+    """(the precision `device` computes a small attention-like model in with `hint`, or None and why
+    it would not compile). With no hint: what the device picks when nobody asks."""
+    import numpy as np
+    import openvino
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 8, 16], openvino.Type.f32, name="x")
+    weight = ops.constant(np.full((16, 16), 0.01, dtype=np.float32))
+    scores = ops.softmax(ops.matmul(x, weight, False, False), -1)
+    model = openvino.Model([ops.mvn(scores, [2], True, 1e-5, "inside_sqrt")], [x], "probe")
+    try:
+        compiled = core().compile_model(model, device, {"INFERENCE_PRECISION_HINT": hint} if hint else {})
+    except Exception as e:  # a device that lists itself, or a precision, and does not compile
+        return None, first_line(e)
+    return ran(compiled), None
+
+
+def first_line(error: Exception) -> str:
+    """The informative line of an OpenVINO error (its first lines only say which source file threw)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith("Exception from ")]
+    return ((useful or lines or [type(error).__name__])[0])[:300]
 
 
 def precision_hint(precision: str, device: str) -> str:
@@ -90,20 +123,9 @@ def ran(compiled) -> str:
 def describe(device: str) -> dict:
     """For doctor: the device's name, its capabilities, and the precision it computes an fp32 model
     in when nobody asks."""
-    import openvino
-
-    facts = {"name": core().get_property(device, "FULL_DEVICE_NAME"), "capabilities": sorted(capabilities(device))}
-    try:  # the plugin's default: compile a one-op model and ask it
-        compiled = core().compile_model(_one_op_model(openvino), device)
-        facts["default_precision"] = ran(compiled)
-    except Exception as e:  # a device that lists itself but does not compile is worth saying so
-        facts["default_precision"] = None
-        facts["error"] = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    computed, error = probe(device, None)
+    facts = {"name": core().get_property(device, "FULL_DEVICE_NAME"), "capabilities": sorted(capabilities(device)),
+             "default_precision": computed}
+    if error:
+        facts["error"] = error
     return facts
-
-
-def _one_op_model(openvino):
-    from openvino import opset13 as ops
-
-    x = ops.parameter([1, 16], openvino.Type.f32, name="x")
-    return openvino.Model([ops.relu(x)], [x], "probe")

@@ -48,8 +48,8 @@ class OpenVinoRunner(Runner):
             compiled = core.compile_model(model, device, devices.compile_config(record.precision, device,
                                                                                   self.threads))
         except Exception as e:
-            text = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-            raise RuntimeFailure(f"OpenVINO cannot load {self.path.name} on {device}: {text}") from None
+            raise RuntimeFailure(f"OpenVINO cannot load {self.path.name} on {device}: {devices.first_line(e)}") \
+                from None
         computed = devices.ran(compiled)
         if record.precision in ("fp32", "bf16") and computed != record.precision:
             # The pin did not hold: numbers from here would be labelled with a precision that did not run.

@@ -248,3 +248,24 @@ def test_optimize_candidates_on_a_cpu():
     assert {c.timer for c in offered.values()} == {"openvino"}
     assert "openvino-int8" not in {c.label for c in be.candidates("cpu", None)}
     assert be.candidates("cuda", str(IMAGES)) == []
+
+
+def test_keep_fp32_takes_op_types_names_globs_and_module_paths():
+    from vitexport.backends.openvino.convert import convert
+    from vitexport.backends.openvino.quantize import kept_float
+    from vitexport.sources import load
+
+    model, _ = convert(load(SourceSpec("tiny", overrides={"depth": 2})), OpenVinoOptions())
+    qkv = "__module.blocks.1.attn.qkv/aten::linear/MatMul"
+
+    def kept(*entries):
+        options = OpenVinoOptions(precision="int8", calibration_images=str(IMAGES), keep_fp32=entries)
+        return {name for name, why in kept_float(model, options).items() if why == "--keep-fp32"}
+
+    assert kept(qkv) == {qkv}
+    assert kept("*blocks.1.attn.qkv*") >= {qkv}
+    assert {n for n in kept("blocks.1") if n.endswith("MatMul")} == {
+        f"__module.blocks.1.{m}/aten::linear/MatMul" for m in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")}
+    assert kept("blocks.1") == kept("__module.blocks.1/*", "__module.blocks.1.*")
+    by_type = kept("Gelu")
+    assert len(by_type) == 2 and all("aten::gelu" in n for n in by_type)

@@ -321,9 +321,10 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
     from rich import box
     from rich.table import Table
 
-    table = Table(title=f"vitexport optimize ({result['backend']}, target {result['target']})", box=box.SIMPLE_HEAD)
-    for column in ("candidate", "p50 ms", "speed-up", "cosine", "top-1", "accuracy", "file MB", "verdict"):
-        table.add_column(column, justify="left" if column in ("candidate", "verdict") else "right", no_wrap=True)
+    table = Table(title=f"vitexport optimize (target {result['target']})", box=box.SIMPLE_HEAD)
+    for column in ("candidate", "runtime", "p50 ms", "speed-up", "cosine", "top-1", "accuracy", "file MB", "verdict"):
+        table.add_column(column, justify="left" if column in ("candidate", "runtime", "verdict") else "right",
+                         no_wrap=True)
     for row in result["candidates"]:
         parity = row.get("parity") or {}
         images = parity.get("images") or {}
@@ -331,7 +332,7 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         verdict = ("[bold green]chosen[/bold green]" if row["candidate"] == result["chosen"] else
                    "[green]passed[/green]" if row["passed"] else
                    f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
-        table.add_row(row["candidate"], fmt(row.get("p50_ms")), f"{row['speedup']:.2f}x" if row.get("speedup") else "",
+        table.add_row(row["candidate"], row.get("runtime", ""), fmt(row.get("p50_ms")), f"{row['speedup']:.2f}x" if row.get("speedup") else "",
                       f"{parity.get('cosine_similarity', float('nan')):.6f}",
                       agreement(images),
                       f"{100 * accuracy:.2f}%" if accuracy is not None else "",
@@ -340,6 +341,9 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
     print_table(console, table)
     console.print("top-1: agreement with PyTorch on the --images it is decisive about (* on all of them, where "
                   "it is decisive about none)", highlight=False)
+    for runtime, why in (result.get("runtimes") or {}).items():
+        if why:
+            console.print(f"{runtime} offered nothing: it cannot run here: {escape(why)}", highlight=False)
     if result.get("artifact"):
         console.print(f"published {result['chosen']}: {result['artifact']}", highlight=False, soft_wrap=True)
 

@@ -88,7 +88,7 @@ class RunOptions:
     """How to run an artifact (verification or a benchmark): what the caller may choose at run time."""
 
     threads: int | None = None
-    providers: tuple[str, ...] = ()  # ONNX Runtime execution providers, first preferred
+    providers: tuple[str, ...] = ()  # execution providers (ONNX Runtime) or devices (OpenVINO), first preferred
     allow_fallback: bool = True  # accept the provider a runtime falls back to (recorded either way)
     device: str = "cpu"  # torch device for the eager runner
     compute_units: str = "ALL"  # Core ML on macOS
@@ -102,6 +102,16 @@ class BenchTarget:
     backend: str  # the backend that runs it
     run: RunOptions = RunOptions()
     needs_artifact: bool = True  # False: runs the source model itself (torch)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One variant `vitexport optimize` builds, verifies and times: its label in the table, the
+    options it is exported with, and the bench target that times it (the runtime it will run in)."""
+
+    label: str  # "int8-static"; unique among every backend's candidates
+    options: ExportOptions
+    timer: str  # a bench target's name: "onnxruntime", "openvino", ...
 
 
 def output_names(loaded: "LoadedModel", options: ExportOptions) -> list[str]:
@@ -241,10 +251,12 @@ class Backend(ABC):
         """Where a divergence starts (first encoder block out of tolerance); None where it cannot tell."""
         return None
 
-    def candidates(self, target: str, calibration_images: str | None) -> list[tuple[str, ExportOptions]]:
+    def candidates(self, target: str, calibration_images: str | None) -> list[Candidate]:
         """The variants `vitexport optimize` builds, verifies and times for `target` ("cpu", "cuda"),
-        by label; the fastest that passes is published."""
-        return [("default", self.Options(dynamic_batch=True))]
+        each with the bench target that times it. optimize gathers every backend's candidates, so
+        runtimes compete; the fastest that passes is published. None by default: a backend offers
+        the variants worth deploying on that target."""
+        return []
 
     def bench_options(self, batches: list[int]) -> ExportOptions:
         """Options of the artifact `vitexport bench` exports to time this backend at `batches`."""

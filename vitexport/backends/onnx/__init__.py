@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..base import Artifact, Availability, Backend, BenchTarget, Diagnosis, RunOptions, output_names
+from ..base import Artifact, Availability, Backend, BenchTarget, Candidate, Diagnosis, RunOptions, output_names
 from .options import OnnxOptions
 
 
@@ -81,9 +81,12 @@ class OnnxBackend(Backend):
 
         return localize_onnx(loaded, path, x, record.input_names[0], tol)
 
-    def candidates(self, target: str, calibration_images: str | None) -> list[tuple[str, OnnxOptions]]:
+    def candidates(self, target: str, calibration_images: str | None) -> list[Candidate]:
         """fp32, fp32 slimmed, int8 dynamic, int8 static (with images to calibrate on), and fp16 where
         the target has fp16 kernels (a GPU; ONNX Runtime's CPU runs fp16 graphs through casts, slower)."""
+        timer = {"cpu": "onnxruntime", "cuda": "onnxruntime-cuda"}.get(target)
+        if timer is None:
+            return []
         base = {"dynamic_batch": True}
         found = [("fp32", OnnxOptions(**base)), ("fp32-slim", OnnxOptions(**base, optimize="slim")),
                  ("int8-dynamic", OnnxOptions(**base, precision="int8"))]
@@ -92,7 +95,7 @@ class OnnxBackend(Backend):
                                                      calibration_images=calibration_images)))
         if target == "cuda":
             found.append(("fp16", OnnxOptions(**base, precision="fp16")))
-        return found
+        return [Candidate(label, options, timer) for label, options in found]
 
     def refine(self, loaded, options: OnnxOptions, path: Path, record):
         """int8 that failed its check: keep the encoder block that adds the most error in float."""

@@ -15,7 +15,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from ..errors import UsageError
 from ..options import check_fields, option
@@ -134,8 +134,8 @@ class DeviceCheck:
 
     `settings` is what the runner reads from manifest.json (`runner.settings`): file names, input
     dtype, anything the backend recorded that running needs. `files` are what the package carries for
-    it (None: the artifact, its files and its sidecar); `generated` holds files written for the device
-    (a build script), by name."""
+    it (None: the artifact, its files and its sidecar); `extra`, when given, writes more files the
+    device needs into the package folder (a build script, a typed ONNX) while it is staged."""
 
     runner: str  # source text
     runner_name: str  # its file name in the package: "runner.py", "CoreMLRunner.swift"
@@ -143,7 +143,7 @@ class DeviceCheck:
     install: str  # what the device needs for it, in words for the README
     settings: dict[str, Any] = field(default_factory=dict)
     files: tuple[Path, ...] | None = None
-    generated: dict[str, bytes] = field(default_factory=dict)
+    extra: Callable[[Path], None] | None = None
     notes: tuple[str, ...] = ()  # sentences for the README: how the check runs there, what differs
 
 

@@ -44,7 +44,7 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
     check = check or be.device_check(path, record, target)
     ships = list(check.files) if check.files is not None else default_files(be, path, record)
     program = [*PROGRAMS[target.language], check.runner_name]
-    clash = RESERVED & {p.name for p in ships} | (set(program) & ({p.name for p in ships} | set(check.generated)))
+    clash = (RESERVED | set(program)) & {p.name for p in ships}
     if clash:
         raise UsageError(f"{path.name}: a package cannot hold {', '.join(sorted(clash))} beside its own files")
     out = prepare_out_dir(folder.parent)
@@ -63,8 +63,8 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
             _copy(src, pkg / src.name)
         if check.files is None:
             unchanged(be, pkg / path.name, record)
-        for name, data in check.generated.items():
-            (pkg / name).write_bytes(data)
+        if check.extra is not None:
+            check.extra(pkg)
         for name in PROGRAMS[target.language]:
             (pkg / name).write_text(check_program(name))
         (pkg / check.runner_name).write_text(check.runner)

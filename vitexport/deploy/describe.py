@@ -109,7 +109,7 @@ def readme(target: "DeviceTarget", check: "DeviceCheck", folder: str, record: "A
               + ", ".join(f"`{n}`" for n in pre["outputs"]) + ". Everything is in `preprocessing.json`"
               + (" (with the class names)" if pre.get("labels") else "") + ".", ""]
     notes = ["## Notes", ""] + [f"- {n}" for n in check.notes] + [""] if check.notes else []
-    return "\n".join(head + body + back + model + notes)
+    return "\n".join(head + body + back + model + notes).rstrip() + "\n"
 
 
 def _python(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[str]:

@@ -32,6 +32,22 @@ def build(folder: Path, settings: dict) -> float:
     return time.perf_counter() - start
 
 
+def ensure_engine(folder: Path, settings: dict, rebuild: bool):
+    """The engine built here from this very ONNX (a stamp beside it holds the ONNX's sha256), built
+    now when it is missing, stale or `rebuild`; returns the build's seconds, or None when reused."""
+    engine, stamp = folder / settings["engine"], folder / (settings["engine"] + ".onnx-sha256")
+    fresh = engine.is_file() and stamp.is_file() and stamp.read_text().strip() == settings["onnx_sha256"]
+    if fresh and not rebuild:
+        return None
+    if stamp.exists():
+        stamp.unlink()
+    seconds = build(folder, settings)
+    if not engine.is_file():
+        raise RuntimeError("the build script ran but wrote no {}".format(settings["engine"]))
+    stamp.write_text(settings["onnx_sha256"] + "\n")
+    return seconds
+
+
 class StandIn:
     """The ONNX in ONNX Runtime (CPU unless told otherwise)."""
 
@@ -59,17 +75,10 @@ class EngineRunner:
 
         if not torch.cuda.is_available():
             raise ImportError("torch here has no CUDA (install NVIDIA's CUDA build of torch)")
-        engine_path, stamp = folder / settings["engine"], folder / (settings["engine"] + ".onnx-sha256")
-        # An engine is reused only when it was built here from this very ONNX.
-        fresh = engine_path.is_file() and stamp.is_file() and stamp.read_text().strip() == settings["onnx_sha256"]
-        build_s = None
-        if rebuild or not fresh:
-            if stamp.exists():
-                stamp.unlink()
-            build_s = build(folder, settings)
-            stamp.write_text(settings["onnx_sha256"] + "\n")
+        build_s = ensure_engine(folder, settings, rebuild)
         self.trt, self.torch = trt, torch
-        self.engine = trt.Runtime(trt.Logger(trt.Logger.ERROR)).deserialize_cuda_engine(engine_path.read_bytes())
+        engine = (folder / settings["engine"]).read_bytes()
+        self.engine = trt.Runtime(trt.Logger(trt.Logger.ERROR)).deserialize_cuda_engine(engine)
         if self.engine is None:
             raise RuntimeError("the engine does not load here: run check.py --rebuild")
         self.context = self.engine.create_execution_context()

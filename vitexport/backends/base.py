@@ -128,7 +128,8 @@ class DeviceCheck:
       returning an object with `facts` (dict: "runtime", "provider", "compute_units", ...) and
       `run(x) -> list of arrays` (the outputs in the package's order), optionally `close()`; it may
       define `add_arguments(parser)` for options of its own (`--provider`, `--compute-units`).
-      An ImportError from `open_runner` means the runtime is missing: the check exits 3.
+      An ImportError from `open_runner` means the runtime (or a provider asked for) is not available
+      there: the check exits 3.
     - swift (ios): defines `makeRunner(package:settings:computeUnits:) async throws -> ArtifactRunner`.
     - kotlin (android): defines `fun makeRunner(packageDir: File, settings: JSONObject): ArtifactRunner`.
 

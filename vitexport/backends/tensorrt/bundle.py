@@ -119,6 +119,9 @@ def device_check(path: Path, record: "ArtifactRecord", target: DeviceTarget) -> 
     typed = _typed(path, options)
     if typed is not None and typed.is_file():
         files.append(typed)
+    elif options.precision == "int8" and not (options.calibration_images and Path(options.calibration_images).is_dir()):
+        raise UsageError(f"an int8 package needs {typed.name} beside the engine, or the engine's --calibration-images "
+                         f"({options.calibration_images}) to quantise one")
     input_name = record.input_names[0]
     shape = tuple(record.source.input_shape)
     layers = fp32_node_names(onnx, options) if options.precision == "fp16" else []
@@ -163,9 +166,6 @@ def _make_typed(onnx: Path, target: Path, options: TensorRTOptions, record: "Art
 
         convert_file(onnx, target, options.keeps_fp32)
         return
-    if not options.calibration_images or not Path(options.calibration_images).is_dir():
-        raise UsageError("an int8 package needs the QDQ ONNX beside the engine, or its --calibration-images "
-                         f"({options.calibration_images}) to quantise one")
     from ...inputs import load_images
     from ..onnx.quantize import to_qdq_int8
 

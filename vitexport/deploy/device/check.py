@@ -5,8 +5,8 @@ with PyTorch's outputs, and write device-report.json for `vitexport verify --dev
 usage: python3 check.py [--report PATH] [--warmup N] [--repeats N] [runtime options, see --help]
 
 Exit codes: 0 every output within the golden tolerance; 4 a file differs from manifest.json (nothing
-runs) or an output is out of tolerance; 3 the runtime is not installed here; 2 bad usage or a
-damaged package description; 1 the runtime failed.
+runs) or an output is out of tolerance; 3 the runtime (or the provider asked for) is not available
+here; 2 bad usage or a damaged package description; 1 the runtime failed.
 
 It needs Python 3.8 or newer, numpy and the runtime named in README.md, not vitexport: it is written
 by vitexport but runs where vitexport is not installed. The runtime is driven by runner.py, which
@@ -291,7 +291,7 @@ def main(argv=None):
     try:
         runner = runner_module.open_runner(HERE, settings, args)
     except ImportError as e:
-        raise Stop(UNAVAILABLE, "{} is not installed here ({}); see README.md".format(
+        raise Stop(UNAVAILABLE, "{} cannot run here ({}); see README.md".format(
             manifest["runner"].get("runtime", "the runtime"), e))
     load_ms = (time.perf_counter() - start) * 1000.0
     tol = golden["tolerance"]

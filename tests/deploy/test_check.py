@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import copy_to_device, run_check
+from device_harness import copy_to_device, run_check
 from typer.testing import CliRunner
 
 from vitexport import cli

@@ -34,3 +34,11 @@ def onnx_package(exported, tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("packages")
     return Path(package(exported("onnx"), "linux", out_dir=out)["package"])
+
+
+@pytest.fixture(scope="session")
+def labels_file(tmp_path_factory) -> Path:
+    """Class names for the tiny ViT's 1000 classes (Core ML --labels)."""
+    path = tmp_path_factory.mktemp("labels") / "classes.txt"
+    path.write_text("".join(f"class {i}\n" for i in range(1000)))
+    return path

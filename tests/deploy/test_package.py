@@ -163,3 +163,33 @@ def test_the_package_command(exported, tmp_path):
         assert bad.exit_code == 2 and words in bad.stderr + bad.stdout
     missing = runner.invoke(cli.app, ["package", str(tmp_path / "none.onnx"), "-t", "linux"])
     assert missing.exit_code == 2 and "artifact not found" in missing.stderr
+
+
+def test_preprocessing_follows_a_hugging_face_processor_and_its_labels():
+    from types import SimpleNamespace
+
+    from vitexport.deploy import describe
+    from vitexport.deploy.build import labels_of
+    from vitexport.sidecar import ArtifactRecord, SourceRecord
+
+    steps = {"class": "ViTImageProcessor", "resize": {"height": 32, "width": 32}, "resample": "bilinear",
+             "center_crop": None, "rescale_factor": 1 / 255, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}
+    pre = {"mean": [0.5] * 3, "std": [0.5] * 3, "processor": steps, "description": "ViTImageProcessor: ..."}
+    source = SourceRecord(spec={"model": "hf:x"}, kind="hf", config=None, weights_sha256=None,
+                          input_shape=[1, 3, 32, 32], preprocessing=pre)
+    record = ArtifactRecord(backend="onnx", artifact="x.onnx", source=source, seed=0, precision="fp32",
+                            input_names=["pixel_values"], output_names=["logits"], input_shape=["batch", 3, 32, 32],
+                            dynamic_batch=True, options={"max_batch": 4}, info={})
+    doc = describe.preprocessing(record, ["cat", "dog"], "float32")
+    assert [s["step"] for s in doc["steps"]] == ["decode", "resize", "scale", "normalize", "layout"]
+    assert "Resize 32x32 pixels with bilinear interpolation" in doc["in_words"]
+    assert doc["input"]["batch"] == "1 to 4 images" and doc["labels"] == ["cat", "dog"]
+    assert doc["processor_description"].startswith("ViTImageProcessor")
+
+    def model(id2label):
+        inner = SimpleNamespace(config=SimpleNamespace(id2label=id2label))
+        return SimpleNamespace(model=SimpleNamespace(modules=lambda: [SimpleNamespace(), inner]))
+
+    assert labels_of(model({0: "cat", 1: "dog"})) == ["cat", "dog"]
+    assert labels_of(model({0: "LABEL_0", 1: "LABEL_1"})) is None  # transformers' placeholders say nothing
+    assert labels_of(SimpleNamespace(model=SimpleNamespace(modules=lambda: []))) is None

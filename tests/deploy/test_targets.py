@@ -88,12 +88,15 @@ def npy_header(path: Path) -> str:
 
 
 @pytest.mark.parametrize("backend,options,target,programs", [
-    ("coreml", {"image_input": True}, "ios", {"DeviceCheckTests.swift", "CoreMLRunner.swift"}),
+    ("coreml", {"image_input": True, "labels": True}, "ios", {"DeviceCheckTests.swift", "CoreMLRunner.swift"}),
     ("executorch", {}, "android", {"DeviceCheckTest.kt", "ExecuTorchRunner.kt"}),
     ("executorch", {}, "ios", {"DeviceCheckTests.swift", "ExecuTorchRunner.swift"}),
 ])
-def test_phone_packages_hold_the_artifact_golden_data_their_check_and_a_whole_manifest(exported, tmp_path, backend,
-                                                                                       options, target, programs):
+def test_phone_packages_hold_the_artifact_golden_data_their_check_and_a_whole_manifest(exported, labels_file, tmp_path,
+                                                                                       backend, options, target,
+                                                                                       programs):
+    if options.get("labels"):
+        options = dict(options, labels=str(labels_file))
     artifact = exported(backend, **options)
     folder = Path(package(artifact, target, out_dir=tmp_path)["package"])
     listed = manifest.read(folder)
@@ -120,6 +123,7 @@ def test_phone_packages_hold_the_artifact_golden_data_their_check_and_a_whole_ma
         assert "configuration.computeUnits" in (folder / "CoreMLRunner.swift").read_text()
         pre = json.loads((folder / "preprocessing.json").read_text())
         assert "normalisation is inside the model" in pre["image_input"]
+        assert pre["labels"][:2] == ["class 0", "class 1"] and len(pre["labels"]) == 1000  # from its metadata
     if target == "android":
         assert "org.pytorch:executorch-android:" in readme and "connectedAndroidTest" in readme
 
@@ -211,8 +215,9 @@ class MLModel:
 }
 
 
-def test_a_core_ml_package_for_macos_runs_core_ml_with_the_compute_units_asked_for(exported, tmp_path):
-    folder = Path(package(exported("coreml", image_input=True), "macos", out_dir=tmp_path)["package"])
+def test_a_core_ml_package_for_macos_runs_core_ml_with_the_compute_units_asked_for(exported, labels_file, tmp_path):
+    artifact = exported("coreml", image_input=True, labels=str(labels_file))
+    folder = Path(package(artifact, "macos", out_dir=tmp_path)["package"])
     device = copy_to_device(folder, tmp_path)
     fake = tmp_path / "fake"
     for name, text in FAKE_COREML.items():

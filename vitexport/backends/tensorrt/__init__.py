@@ -106,6 +106,7 @@ class TensorRTBackend(Backend):
         (what `vitexport package ENGINE --target jetson` writes afterwards)."""
         from ...deploy import TARGETS
         from ...deploy.build import write_package
+        from ...progress import current
         from ...sidecar import ArtifactRecord
 
         shape = list(loaded.input_shape)
@@ -115,7 +116,7 @@ class TensorRTBackend(Backend):
             input_shape=["batch", *shape[1:]] if options.dynamic else shape, dynamic_batch=options.dynamic,
             options=options.to_dict(), info=info, status="not-checked-here",
             upstream={"artifact": upstream.path.name, "sha256": upstream.record.artifact_sha256})
-        result = write_package(folder, self, out_path, record, loaded, TARGETS["jetson"])
+        result = write_package(folder, self, out_path, record, loaded, TARGETS["jetson"], progress=current())
         return {"folder": result["package"], "files": result["files"], "manifest_sha256": result["manifest_sha256"]}
 
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:

@@ -46,8 +46,12 @@ class Stop(Exception):
 # --- integrity ----------------------------------------------------------------------------------------
 
 def read_json(path, what):
+    """A JSON file of the package, opened without blocking (a FIFO in its place is refused) and bounded."""
     try:
-        with open(path, "rb") as f:
+        fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError("not a regular file")
             return json.loads(f.read(64 * 2**20).decode("utf-8"))
     except (OSError, ValueError) as e:
         raise Stop(USAGE, "cannot read {} {}: {}".format(what, path.name, e))

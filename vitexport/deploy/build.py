@@ -66,13 +66,14 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
         if check.extra is not None:
             check.extra(pkg)
         for name in PROGRAMS[target.language]:
-            (pkg / name).write_text(check_program(name))
-        (pkg / check.runner_name).write_text(check.runner)
+            (pkg / name).write_text(check_program(name), encoding="utf-8")
+        (pkg / check.runner_name).write_text(check.runner, encoding="utf-8")
         gold = golden.write(pkg, cases, outputs, record, tol, input_dtype)
         labels = be.labels(path, record) or labels_of(loaded)
         pre = describe.preprocessing(record, labels, input_dtype)
         _write_json(pkg / "preprocessing.json", pre)
-        (pkg / "README.md").write_text(describe.readme(target, check, folder.name, record, gold, pre))
+        (pkg / "README.md").write_text(describe.readme(target, check, folder.name, record, gold, pre),
+                                              encoding="utf-8")
         digest = manifest.write(pkg, {
             "target": target.name,
             "artifact": {"file": path.name, "backend": record.backend, "precision": record.precision,
@@ -182,7 +183,7 @@ def _copy(src: Path, dst: Path) -> None:
 def _write_json(path: Path, data: Any) -> None:
     import json
 
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def _version() -> str:

@@ -108,7 +108,7 @@ def write(folder: Path, cases: list[Case], outputs: list[list[np.ndarray]], reco
               "input_layout": "NCHW", "output_names": list(record.output_names), "precision": record.precision,
               "tolerance": {"atol": tol.atol, "rtol": tol.rtol, "min_cosine": tol.min_cosine},
               "cases": described}
-    (target / "golden.json").write_text(json.dumps(golden, indent=2) + "\n")
+    (target / "golden.json").write_text(json.dumps(golden, indent=2) + "\n", encoding="utf-8")
     return golden
 
 

@@ -33,7 +33,7 @@ def file_entries(folder: Path) -> dict[str, dict[str, Any]]:
 def write(folder: Path, content: dict[str, Any]) -> str:
     """Write manifest.json (the files listed now, so it is written last); return its sha256."""
     data = {"schema": SCHEMA, **content, "files": file_entries(folder)}
-    (folder / NAME).write_text(json.dumps(data, indent=2) + "\n")
+    (folder / NAME).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     return sha256_file(folder / NAME)
 
 

@@ -193,3 +193,25 @@ def test_preprocessing_follows_a_hugging_face_processor_and_its_labels():
     assert labels_of(model({0: "cat", 1: "dog"})) == ["cat", "dog"]
     assert labels_of(model({0: "LABEL_0", 1: "LABEL_1"})) is None  # transformers' placeholders say nothing
     assert labels_of(SimpleNamespace(model=SimpleNamespace(modules=lambda: []))) is None
+
+
+def test_which_folders_are_vitexports_to_replace(onnx_package, tmp_path):
+    assert manifest.is_ours(onnx_package)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert manifest.is_ours(empty)
+    old_bundle = tmp_path / "jetson"  # what `vitexport tensorrt --bundle` wrote before packages
+    old_bundle.mkdir()
+    (old_bundle / "bundle.json").write_text(json.dumps({"trtexec": {}, "input_name": "x", "precision": "fp16"}))
+    (old_bundle / "infer.py").write_text("")
+    assert manifest.is_ours(old_bundle)
+    (old_bundle / "bundle.json").write_text(json.dumps({"something": "else"}))
+    assert not manifest.is_ours(old_bundle)
+    link = tmp_path / "link"
+    link.symlink_to(onnx_package)
+    file = tmp_path / "file"
+    file.write_text("")
+    fifo_package = tmp_path / "fifo"
+    fifo_package.mkdir()
+    os.mkfifo(fifo_package / "manifest.json")
+    assert not any(manifest.is_ours(p) for p in (link, file, fifo_package, tmp_path / "absent"))

@@ -223,11 +223,12 @@ def timed_case(runner, case, warmup, repeats):
         start = time.perf_counter()
         result = runner.run(first)
         times.append((time.perf_counter() - start) * 1000.0)
+        result = [np.array(o, copy=True) for o in result]  # a runtime may reuse its output buffers
         outputs = outputs if outputs is not None else result
     deterministic = all(same(a, b) for a, b in zip(outputs, result))
-    pieces = [[np.asarray(o)[:runs[0][1]] for o in outputs]]
+    pieces = [[o[:runs[0][1]] for o in outputs]]
     for part, real in runs[1:]:
-        pieces.append([np.asarray(o)[:real] for o in runner.run(part)])
+        pieces.append([np.array(o[:real], copy=True) for o in runner.run(part)])
     joined = [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
     times.sort()
     timing = {"batch": case["batch"], "runs": len(times), "warmup": warmup, "mean_ms": sum(times) / len(times),

@@ -205,7 +205,8 @@ def unverified(console, result: dict[str, Any]) -> None:
                   f"`vitexport verify {result['artifact']}` on the target to compare it with PyTorch",
                   highlight=False, soft_wrap=True)
     if info.get("bundle"):
-        console.print(f"Jetson bundle: {info['bundle']['folder']}", highlight=False, soft_wrap=True)
+        console.print(f"Jetson package: {info['bundle']['folder']} (copy it to the Jetson and run check.py there)",
+                      highlight=False, soft_wrap=True)
 
 
 def export_facts(console, info: dict[str, Any]) -> None:

@@ -41,8 +41,8 @@ final class CoreMLRunner: ArtifactRunner {
             value = MLFeatureValue(pixelBuffer: try pixelBuffer(input, shape: shape))
         } else {
             let array = try MLMultiArray(shape: shape.map { NSNumber(value: $0) }, dataType: .float32)
-            array.withUnsafeMutableBufferPointer(ofType: Float.self) { buffer, _ in  // new: contiguous, C order
-                for i in 0..<input.count { buffer[i] = input[i] }
+            array.withUnsafeMutableBufferPointer(ofType: Float.self) { buffer, strides in
+                forEachOffset(shape: shape, strides: strides) { i, offset in buffer[offset] = input[i] }
             }
             value = MLFeatureValue(multiArray: array)
         }
@@ -83,12 +83,10 @@ final class CoreMLRunner: ArtifactRunner {
 
 /// An output's values in row-major order, whatever its strides and element type.
 func floats(_ array: MLMultiArray) -> [Float] {
-    let shape = array.shape.map { $0.intValue }, strides = array.strides.map { $0.intValue }
-    let count = shape.reduce(1, *)
-    var index = [Int](repeating: 0, count: shape.count), values = [Float](repeating: 0, count: count)
+    let shape = array.shape.map { $0.intValue }
+    var values = [Float](repeating: 0, count: shape.reduce(1, *))
     array.withUnsafeBytes { raw in
-        for i in 0..<count {
-            let offset = zip(index, strides).reduce(0) { $0 + $1.0 * $1.1 }
+        forEachOffset(shape: shape, strides: array.strides.map { $0.intValue }) { i, offset in
             switch array.dataType {
             case .float32: values[i] = raw.load(fromByteOffset: offset * 4, as: Float.self)
             case .double: values[i] = Float(raw.load(fromByteOffset: offset * 8, as: Double.self))
@@ -96,14 +94,23 @@ func floats(_ array: MLMultiArray) -> [Float] {
             case .int32: values[i] = Float(raw.load(fromByteOffset: offset * 4, as: Int32.self))
             default: values[i] = .nan
             }
-            var d = shape.count - 1  // next index in C order
-            while d >= 0 {
-                index[d] += 1
-                if index[d] < shape[d] { break }
-                index[d] = 0
-                d -= 1
-            }
         }
     }
     return values
+}
+
+/// Calls `body(i, offset)` for every element in row-major order: `i` its index in C order, `offset`
+/// where it is stored (the sum of index times stride, in elements).
+func forEachOffset(shape: [Int], strides: [Int], _ body: (Int, Int) -> Void) {
+    var index = [Int](repeating: 0, count: shape.count)
+    for i in 0..<shape.reduce(1, *) {
+        body(i, zip(index, strides).reduce(0) { $0 + $1.0 * $1.1 })
+        var d = shape.count - 1
+        while d >= 0 {
+            index[d] += 1
+            if index[d] < shape[d] { break }
+            index[d] = 0
+            d -= 1
+        }
+    }
 }

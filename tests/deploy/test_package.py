@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from vitexport import cli, sidecar
 from vitexport.deploy import golden, manifest
 from vitexport.deploy.package import package
 from vitexport.errors import OutputError, ParityError, UsageError
+from vitexport.termination import Terminated
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "samples" / "images"
@@ -111,15 +113,16 @@ def test_packages_replace_only_what_vitexport_wrote(exported, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".vitexport-") and p.is_dir()]
 
 
-@pytest.mark.parametrize("interruption", [KeyboardInterrupt, RuntimeError])
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt(), Terminated(signal.SIGTERM), RuntimeError("bug")],
+                         ids=["ctrl-c", "sigterm", "failure"])
 def test_an_interrupted_package_leaves_nothing(exported, tmp_path, monkeypatch, interruption):
     from vitexport.deploy import build
 
     def fail(*args, **kwargs):
-        raise interruption("stopped")
+        raise interruption
 
     monkeypatch.setattr(build.describe, "readme", fail)  # late: most files are written by then
-    with pytest.raises(interruption):
+    with pytest.raises(type(interruption)):
         package(exported("onnx"), "linux", out_dir=tmp_path)
     assert [p.name for p in tmp_path.iterdir()] in ([], [".vitexport.lock"])
 

@@ -152,14 +152,16 @@ def _tolerance(listed: dict, golden: dict, atol, rtol, gate):
     from ..parity import TOLERANCES, Tolerance
 
     tol = golden.get("tolerance")
-    if not isinstance(tol, dict) or not all(isinstance(tol.get(k), (int, float)) for k in ("atol", "rtol", "min_cosine")):
+    if not isinstance(tol, dict) or not all(isinstance(tol.get(k), (int, float))
+                                            for k in ("atol", "rtol", "min_cosine")):
         raise UsageError("the package's golden/golden.json has no tolerance")
     try:
         profile = backends.get(listed["artifact"]["backend"]).tolerance(golden["precision"])
     except UsageError:
         profile = TOLERANCES.get(golden["precision"], Tolerance(0, 0, 0))
     base = replace(profile, atol=float(tol["atol"]), rtol=float(tol["rtol"]), min_cosine=float(tol["min_cosine"]))
-    return base.override(atol, rtol, getattr(gate, "min_top1_agreement", None), getattr(gate, "max_accuracy_drop", None))
+    return base.override(atol, rtol, getattr(gate, "min_top1_agreement", None),
+                         getattr(gate, "max_accuracy_drop", None))
 
 
 def _judge_images(parity, tol, folder: Path, case: dict, reference: np.ndarray, candidate: np.ndarray) -> None:

@@ -119,9 +119,9 @@ class ExecuTorchBackend(Backend):
             return DeviceCheck(runner=device_source(__name__, "ExecuTorchRunner.swift"),
                                runner_name="ExecuTorchRunner.swift", runtime="ExecuTorch", settings=settings,
                                install=f"Link ExecuTorch {version} with Swift Package Manager "
-                                       f"(https://github.com/pytorch/executorch, branch swiftpm-{version}) into the test "
-                                       f"target: {link}; add `-all_load` to its Other Linker Flags (backends and "
-                                       "kernels register themselves at startup).",
+                                       f"(https://github.com/pytorch/executorch, branch swiftpm-{version}) into the "
+                                       f"test target: {link}; add `-all_load` to its Other Linker Flags (backends "
+                                       "and kernels register themselves at startup).",
                                notes=notes)
         return DeviceCheck(runner=device_source(__name__, "ExecuTorchRunner.kt"), runner_name="ExecuTorchRunner.kt",
                            runtime="ExecuTorch", settings=settings,

@@ -140,8 +140,9 @@ def device_check(path: Path, record: "ArtifactRecord", target: DeviceTarget) -> 
                 "batch_range": [profiles[0][0], profiles[-1][2]], "fp32_layers": layers, "trtexec": lines}
     return DeviceCheck(
         runner=device_source(__package__, "runner.py"), runner_name="runner.py", runtime="TensorRT",
-        install="TensorRT's Python bindings and trtexec (JetPack: python3-libnvinfer and /usr/src/tensorrt/bin/trtexec) "
-                "and a CUDA build of torch for the device buffers (NVIDIA's wheel for JetPack)",
+        install="TensorRT's Python bindings and trtexec (JetPack: python3-libnvinfer and "
+                "/usr/src/tensorrt/bin/trtexec) and a CUDA build of torch for the device buffers (NVIDIA's wheel for "
+                "JetPack)",
         files=tuple(files), extra=extra, settings=settings,
         notes=(f"The check builds `{ENGINE}` on the device first with `./{BUILD_SCRIPT}`, which finds trtexec "
                "(TRTEXEC=/path/to/trtexec to choose one) and picks the command for the installed TensorRT: 8.6 / 10 "

@@ -27,7 +27,8 @@ class OnnxRuntimeRunner:
         wanted = list(getattr(args, "provider", None) or [p for p in DEFAULT_ORDER if p in available])
         missing = [p for p in wanted if p not in available]
         if missing:
-            raise ImportError("this ONNX Runtime has no {} (it has {})".format(", ".join(missing), ", ".join(available)))
+            raise ImportError("this ONNX Runtime has no {} (it has {})".format(", ".join(missing),
+                                                                               ", ".join(available)))
         options = ort.SessionOptions()
         options.log_severity_level = 3
         if getattr(args, "threads", None):

@@ -41,7 +41,8 @@ class TorchScriptRunner:
         with torch.inference_mode():
             outputs = flatten(self.module(torch.from_numpy(x.copy()).to(self.device)))
         if len(outputs) < self.count:
-            raise RuntimeError("the module returned {} outputs, the package expects {}".format(len(outputs), self.count))
+            raise RuntimeError("the module returned {} outputs, the package expects {}".format(len(outputs),
+                                                                                              self.count))
         return [t.detach().float().cpu().numpy() for t in outputs[:self.count]]
 
     def close(self):

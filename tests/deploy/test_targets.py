@@ -189,6 +189,7 @@ class ComputeUnit(enum.Enum):
     "coremltools/models.py": '''
 import json, os
 from pathlib import Path
+import numpy as np
 
 class MLModel:
     def __init__(self, path, compute_units=None):

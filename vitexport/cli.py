@@ -265,7 +265,8 @@ def configs(as_json: JsonOpt = False) -> None:
 
 @app.command()
 @handle_errors
-def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it).")],
+def verify(artifact: Annotated[Optional[Path], typer.Argument(
+               help="An artifact written by vitexport (its sidecar beside it).")] = None,
            as_json: JsonOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, images: ImagesOpt = None,
            max_batch: Annotated[Optional[int], typer.Option(
                help="Largest batch checked when the batch is dynamic (default: as exported).")] = None,
@@ -282,12 +283,35 @@ def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by
                help="With --baseline: how many times the baseline's max/mean abs error (and cosine distance) "
                     "is still accepted (default 2).")] = None,
            quiet: QuietOpt = False,
+           device_report: Annotated[Optional[Path], typer.Option(
+               "--device-report", help="Judge this device-report.json, written by a package's check on the device, "
+                                       "against the package's golden outputs (instead of an ARTIFACT).")] = None,
+           package_dir: Annotated[Optional[Path], typer.Option(
+               "--package", help="With --device-report: the package the check ran from (default: the report's "
+                                 "folder).")] = None,
            ) -> None:
-    """Re-check an existing artifact against the model recorded in its sidecar."""
+    """Re-check an existing artifact against the model recorded in its sidecar, or judge a device report."""
     from . import api
     from .backends.base import RunOptions
     from .render import emit
 
+    if device_report is not None or package_dir is not None:
+        if artifact is not None or device_report is None:
+            raise UsageError("give either an ARTIFACT or --device-report FILE (with --package DIR), not both")
+        given = {"--images": images, "--max-batch": max_batch, "--provider": provider, "--baseline": baseline,
+                 "--max-error-growth": max_error_growth, "--allow-fallback": allow_fallback or None,
+                 "--trust-code": trust_code or None, "--allow-pickle": allow_pickle or None}
+        ignored = [flag for flag, value in given.items() if value is not None]
+        if ignored:
+            raise UsageError(f"{', '.join(ignored)} does not apply to --device-report (the device ran the golden "
+                             "inputs its package holds)")
+        from .deploy.judge import judge
+
+        emit(judge(device_report, package=package_dir, atol=atol, rtol=rtol,
+                   gate=api.Gate(min_top1_agreement, max_accuracy_drop)), as_json)
+        return
+    if artifact is None:
+        raise UsageError("give an ARTIFACT to verify, or --device-report FILE")
     run = RunOptions(providers=tuple(provider), allow_fallback=allow_fallback) if provider else RunOptions()
     try:
         with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
@@ -299,6 +323,35 @@ def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by
         emit(e.result, as_json)
         raise
     emit(result, as_json)
+
+
+@app.command()
+@handle_errors
+def package(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it).")],
+            target: Annotated[str, typer.Option(
+                "--target", "-t", help="Where it goes: linux, jetson, macos (a Python check), ios (an XCTest) or "
+                                       "android (an instrumented test).")],
+            images: Annotated[Optional[Path], typer.Option(
+                "--images", help="Also carry these images, preprocessed as the check must, among the golden "
+                                 "inputs.")] = None,
+            out: Annotated[Optional[Path], typer.Option(
+                "--out", "-o", help="Folder the package folder goes into (default: the artifact's).")] = None,
+            as_json: JsonOpt = False, trust_code: TrustOpt = False, allow_pickle: PickleOpt = False,
+            force: Annotated[bool, typer.Option(
+                "--force", help="Replace a folder of the package's name that vitexport did not write.")] = False,
+            quiet: QuietOpt = False) -> None:
+    """Write a deploy package: the artifact, golden inputs with PyTorch's outputs, and a check that proves
+    it on the device (judge its report with `vitexport verify --device-report`)."""
+    from .deploy.package import package as write
+    from .render import package_report
+
+    with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
+        result = write(artifact, target, images=images, out_dir=out, trust_code=trust_code, allow_pickle=allow_pickle,
+                       force=force, progress=progress)
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    package_report(result)
 
 
 def _bench_help() -> str:

@@ -84,12 +84,52 @@ def export_result(result: dict[str, Any]) -> None:
     else:
         export_facts(console, result.get("info") or {})
         console.print("parity: not checked (--no-verify)")
+    if result.get("device"):
+        device_facts(console, result)
     source(console, result)
     if result.get("artifact_modified"):
         console.print("[yellow]note:[/yellow] the artifact changed since export (sha256 differs from the sidecar)")
     if result.get("baseline"):
         parity_baseline(console, result["baseline"])
     console.print(f"artifact: {result['artifact']}", highlight=False, soft_wrap=True)
+
+
+def device_facts(console, result: dict[str, Any]) -> None:
+    """A device report's device and its timings: what ran where, and how fast there."""
+    facts = result["device"]
+    shown = ", ".join(f"{k} {facts[k]}" for k in ("model", "os", "cpu", "runtime", "provider", "compute_units",
+                                                  "jetson_power_mode") if facts.get(k) not in (None, ""))
+    console.print(f"device: {escape(shown)}", highlight=False, soft_wrap=True)
+    cases = (result.get("timings") or {}).get("cases")
+    if isinstance(cases, dict) and cases:
+        parts = [f"{escape(str(name))} {t['p50_ms']:.3g} ms at batch {t.get('batch', '?')}"
+                 for name, t in cases.items() if isinstance(t, dict) and isinstance(t.get("p50_ms"), (int, float))]
+        if parts:
+            console.print("on-device p50 latency: " + "; ".join(parts), highlight=False, soft_wrap=True)
+    console.print(f"package: {escape(result['package'])}", highlight=False, soft_wrap=True)
+
+
+def package_report(result: dict[str, Any]) -> None:
+    """`vitexport package`: where the package is, what it holds, and how to prove it on the device."""
+    from rich.console import Console
+
+    console = Console()
+    cases = ", ".join(f"{c['name']} ({c['rows']})" for c in result["cases"])
+    console.print(f"[green]packaged[/green] {escape(_file_name(result['artifact']))} for {result['target']} "
+                  f"({result['runtime']}): {result['files']} files, golden cases {escape(cases)}, atol "
+                  f"{result['tolerance']['atol']:g}, rtol {result['tolerance']['rtol']:g}", highlight=False,
+                  soft_wrap=True)
+    console.print(f"on the device: {escape(result['check'])} (it needs {escape(result['install'])}; see README.md)",
+                  highlight=False, soft_wrap=True)
+    console.print(f"then here: vitexport verify --device-report device-report.json --package "
+                  f"{escape(result['package'])}", highlight=False, soft_wrap=True)
+    console.print(f"package: {escape(result['package'])}", highlight=False, soft_wrap=True)
+
+
+def _file_name(path: str) -> str:
+    from pathlib import Path
+
+    return Path(path).name
 
 
 def parity_baseline(console, comparison: dict[str, Any]) -> None:
@@ -124,6 +164,12 @@ def parity_table(result: dict[str, Any]):
     parity = result["parity"]
     outputs = sorted({c["output"] for c in parity["checks"]})
     title = f"{result['backend']} vs PyTorch: {', '.join(outputs)} ({result['precision']}, {result['provider']})"
+    if result.get("device"):  # a device report: the device's outputs, not this machine's
+        from .deploy.judge import device_name
+
+        title = f"{result['backend']} on {device_name(result['device'])} vs PyTorch: {', '.join(outputs)} " \
+                f"({result['precision']})"
+    title = escape(title)
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     several = len(outputs) > 1
     columns = ["input"] + (["output"] if several else []) + [
@@ -159,7 +205,8 @@ def unverified(console, result: dict[str, Any]) -> None:
                   f"`vitexport verify {result['artifact']}` on the target to compare it with PyTorch",
                   highlight=False, soft_wrap=True)
     if info.get("bundle"):
-        console.print(f"Jetson bundle: {info['bundle']['folder']}", highlight=False, soft_wrap=True)
+        console.print(f"Jetson package: {info['bundle']['folder']} (copy it to the Jetson and run check.py there)",
+                      highlight=False, soft_wrap=True)
 
 
 def export_facts(console, info: dict[str, Any]) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..base import Artifact, Availability, Backend, BenchTarget, Candidate, Diagnosis, RunOptions, output_names
+from ..base import (Artifact, Availability, Backend, BenchTarget, Candidate, DeviceCheck, DeviceTarget, Diagnosis,
+                    RunOptions, device_source, output_names)
 from .options import OnnxOptions
 
 
@@ -70,6 +71,25 @@ class OnnxBackend(Backend):
     def files(self, path: Path, record) -> list[Path]:
         data = record.info.get("external_data")
         return [Path(path).with_name(data)] if data else []
+
+    def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
+        """ONNX Runtime in Python, on the device's best provider (--provider picks one)."""
+        from ...errors import UsageError
+
+        if target.language != "python":
+            raise UsageError(f"an ONNX model has no check for {target.device} here: package a Core ML package or "
+                             "an ExecuTorch program for phones (vitexport coreml / executorch)")
+        install = {"jetson": "numpy and an onnxruntime wheel for JetPack (NVIDIA's onnxruntime-gpu build runs on "
+                             "the GPU; `pip install onnxruntime` runs on the CPU)",
+                   "macos": "`pip install onnxruntime numpy` (--provider CoreMLExecutionProvider tries Core ML)"}
+        return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py",
+                           runtime="ONNX Runtime",
+                           install=install.get(target.name, "`pip install onnxruntime numpy` (onnxruntime-gpu for an "
+                                                            "NVIDIA GPU)"),
+                           settings={"file": path.name, "input_name": record.input_names[0],
+                                     "output_names": list(record.output_names)},
+                           notes=("`python3 check.py --provider CUDAExecutionProvider` (or TensorrtExecutionProvider, "
+                                  "CoreMLExecutionProvider) checks on that provider; the report says which ran.",))
 
     def lint(self, path: Path, record):
         from .lint import lint_onnx

@@ -455,8 +455,9 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
              budget_s: Annotated[float, typer.Option(help="Seconds of timed runs per candidate and batch.")] = 5.0,
              out: OutOpt = Path("vitexport-out"), name: NameOpt = None, as_json: JsonOpt = False,
              quiet: QuietOpt = False) -> None:
-    """Build fp32, optimised, int8 (and fp16 on a GPU) ONNX candidates, verify each, time them in one run,
-    and publish the fastest that passes its accuracy gate."""
+    """Build every runtime's candidates for the target (ONNX Runtime fp32, optimised, int8, fp16 on a GPU;
+    OpenVINO fp32, bf16, int8 on a CPU), verify each, time them side by side, and publish the fastest
+    that passes its accuracy gate."""
     from . import api
     from .optimizing import optimize as run
     from .render import emit_optimize

@@ -22,6 +22,7 @@ from vitexport.sidecar import ArtifactRecord, SourceRecord
 SUPPORTED = {
     "onnx": {"linux", "jetson", "macos"},
     "torchscript": {"linux", "jetson", "macos"},
+    "openvino": {"linux", "jetson", "macos"},
     "coreml": {"macos", "ios"},
     "executorch": {"linux", "jetson", "macos", "ios", "android"},
     "tensorrt": set(),  # needs the ONNX it was built from on disk: tests/backends/test_jetson_bundle.py
@@ -169,6 +170,19 @@ def test_a_torchscript_package_proves_itself_with_torch(exported, tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     result = CliRunner().invoke(cli.app, ["verify", "--device-report", str(device / "device-report.json")])
     assert result.exit_code == 0 and "PyTorch" in result.stdout
+
+
+def test_an_openvino_package_proves_itself_in_the_precision_it_was_checked_in(exported, tmp_path):
+    pytest.importorskip("openvino")
+    folder = Path(package(exported("openvino"), "linux", out_dir=tmp_path)["package"])
+    device = copy_to_device(folder, tmp_path)
+    run = run_check(device, "--repeats", "2")
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((device / "device-report.json").read_text())
+    assert report["device"]["inference_precision"] == "fp32"  # pinned: a bf16 CPU would otherwise compute bf16
+    assert report["device"]["compile_config"]["INFERENCE_PRECISION_HINT"] == "f32"
+    result = CliRunner().invoke(cli.app, ["verify", "--device-report", str(device / "device-report.json")])
+    assert result.exit_code == 0 and "OpenVINO" in result.stdout
 
 
 # Core ML predicts on macOS only. This fake answers with the package's own golden outputs for exactly

@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...parity import Tolerance
-from ..base import Artifact, Availability, Backend, BenchTarget, Candidate, Diagnosis, RunOptions, output_names
+from ..base import (Artifact, Availability, Backend, BenchTarget, Candidate, DeviceCheck, DeviceTarget, Diagnosis,
+                    RunOptions, device_source, output_names)
 from .options import OpenVinoOptions
 
 TIMER = "openvino"  # the bench target that times CPU candidates
@@ -85,6 +86,22 @@ class OpenVinoBackend(Backend):
 
     def files(self, path: Path, record) -> list[Path]:
         return [Path(path).with_suffix(".bin")]
+
+    def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
+        """OpenVINO in Python on the device it was checked on (--device picks another), its precision
+        pinned as at export."""
+        from ...errors import UsageError
+
+        if target.language != "python":
+            raise UsageError(f"OpenVINO IR has no check for {target.device} here: package a Core ML package or "
+                             "an ExecuTorch program for phones (vitexport coreml / executorch)")
+        return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py", runtime="OpenVINO",
+                           install="`pip install openvino numpy`",
+                           settings={"file": path.name, "input_name": record.input_names[0],
+                                     "output_names": list(record.output_names), "precision": record.precision,
+                                     "device": (record.options.get("device") or "CPU").upper()},
+                           notes=("`python3 check.py --device GPU` (or NPU) checks on that device; the report says "
+                                  "which device ran and the precision it computed in.",))
 
     def localize(self, loaded, path: Path, record, x, tol):
         from .localize import localize_ir

@@ -325,3 +325,44 @@ def test_compare_names_machines_with_brackets_and_their_conditions(tmp_path, cap
     out = capsys.readouterr().out
     assert "fastest first: Xeon [monday] torch < Xeon [tuesday] torch" in out  # [..] is text, not markup
     assert "conditions on Xeon [monday]: threads 2; 8 rounds in 4 s" in out
+
+
+def test_report_files_replace_only_a_vitexport_report(tmp_path):
+    data = make_report([result("torch", 1, 20.0)])
+    report.write_all(data, tmp_path / "bench")
+    report.write_all(data, tmp_path / "bench")  # a report vitexport wrote is replaced
+    (tmp_path / "notes.md").write_text("my notes\n")
+    (tmp_path / "dir.csv").mkdir()
+    for stem, named in (("notes", "notes.md"), ("dir", "dir.csv")):
+        with pytest.raises(UsageError, match=named):
+            report.write_all(data, tmp_path / stem)
+    assert (tmp_path / "notes.md").read_text() == "my notes\n" and (tmp_path / "dir.csv").is_dir()
+    assert not list(tmp_path.glob("notes.*json")) and not list(tmp_path.glob(".*partial*"))
+
+
+def test_compare_never_writes_over_a_report_it_was_given(tmp_path):
+    from typer.testing import CliRunner
+
+    from vitexport.cli import app
+
+    given = tmp_path / "a.json"
+    report.write_json(make_report([result("torch", 1, 20.0)]), given)
+    before = given.read_bytes()
+    run = CliRunner().invoke(app, ["compare", str(given), "--out", str(tmp_path / "a")])
+    assert run.exit_code == 2 and "a.json is one of the reports given" in run.output
+    assert given.read_bytes() == before
+
+
+def test_an_interrupted_report_write_leaves_the_previous_set(tmp_path, monkeypatch):
+    first = make_report([result("torch", 1, 20.0)])
+    files = report.write_all(first, tmp_path / "bench")
+    before = {k: open(v, "rb").read() for k, v in files.items()}
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "write_plot", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report.write_all(make_report([result("torch", 1, 30.0)]), tmp_path / "bench")
+    assert {k: open(v, "rb").read() for k, v in files.items()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"bench.{e}" for e in report.REPORT_SUFFIXES)

@@ -164,6 +164,7 @@ def measure_all(spec: SourceSpec | None, targets: list[str], settings: Settings,
     known = backends.bench_targets()
     sources, model_name, gflops = sources_for(spec, [known[t] for t in targets], settings.batches, artifacts, out,
                                               settings.seed, trust_code, progress)
+    reports.check_writable(out / f"bench-{safe_name(model_name)}")  # before any timing: a user's file stays
     plan = planned_rows("candidate", sources, targets, settings, model_name)
     base_plan: list[Planned] = []
     if base_artifacts:

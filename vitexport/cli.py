@@ -480,10 +480,11 @@ def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON repor
     from . import report
     from .render import compare_report
 
+    report.check_writable(out, reports)  # before any work: never over a given report or a user's file
     merged = report.merge(reports)
     ranks = report.ranking(merged)
     merged["ranking"] = {str(b): [f"{r['device_label']} {r['backend']}" for r in group] for b, group in ranks.items()}
-    merged["files"] = report.write_all(merged, out)
+    merged["files"] = report.write_all(merged, out, reports)
     if as_json:
         print(json.dumps(merged, indent=2, default=str))
         return

@@ -624,15 +624,61 @@ def write_plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def write_all(report: dict, stem: Path) -> dict[str, str]:
-    """Write JSON, CSV, Markdown and PNG side by side; return their paths."""
+REPORT_SUFFIXES = ("json", "csv", "md", "png")
+
+
+def report_paths(stem: Path) -> dict[str, Path]:
+    return {ext: stem.with_name(f"{stem.name}.{ext}") for ext in REPORT_SUFFIXES}
+
+
+def check_writable(stem: Path, inputs: Iterable[Path] = ()) -> None:
+    """Refuse (exit 2) report files that would replace what vitexport did not write: anything but a
+    regular file, one of this command's own inputs, or a set whose JSON is not a vitexport report."""
+    from .jsonfile import read_json
+
+    paths = report_paths(Path(stem))
+    taken = {ext: p for ext, p in paths.items() if p.exists() or p.is_symlink()}
+    if not taken:
+        return
+    for p in taken.values():
+        if p.is_symlink() or not p.is_file():
+            raise UsageError(f"{p} exists and is not a report file vitexport wrote; give another --out")
+        for given in inputs:
+            if Path(given).exists() and p.samefile(given):
+                raise UsageError(f"{p} is one of the reports given; writing there would replace it: give another --out")
+    owner = paths["json"]
+    try:
+        written = read_json(owner, "report") if owner in taken.values() else None
+    except UsageError:
+        written = None
+    schema = written.get("schema") if isinstance(written, dict) else None
+    if not (isinstance(schema, str) and schema.startswith("vitexport.")):
+        names = ", ".join(str(p) for p in taken.values())
+        raise UsageError(f"{names}: not written by vitexport (no vitexport report {owner.name} beside it); "
+                         "give another --out")
+
+
+def write_all(report: dict, stem: Path, inputs: Iterable[Path] = ()) -> dict[str, str]:
+    """Write JSON, CSV, Markdown and PNG side by side and return their paths. Each is written under a
+    temporary name first and renamed into place only when all four are complete: an interrupted run
+    leaves the previous set (or nothing), never half a file."""
+    import os
+
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = {ext: stem.with_name(f"{stem.name}.{ext}") for ext in ("json", "csv", "md", "png")}
-    write_json(report, paths["json"])
-    write_csv(report, paths["csv"])
-    write_markdown(report, paths["md"])
-    write_plot(report, paths["png"])
+    check_writable(stem, inputs)
+    paths = report_paths(stem)
+    partial = {ext: p.with_name(f".{p.stem}.{os.getpid()}.partial.{ext}") for ext, p in paths.items()}
+    try:
+        write_json(report, partial["json"])
+        write_csv(report, partial["csv"])
+        write_markdown(report, partial["md"])
+        write_plot(report, partial["png"])
+        for ext, p in paths.items():
+            os.replace(partial[ext], p)
+    finally:
+        for p in partial.values():
+            p.unlink(missing_ok=True)
     return {k: str(v) for k, v in paths.items()}
 
 

@@ -1,13 +1,16 @@
 """Latency statistics with a fake clock: exact, and independent of how busy the machine is."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from vitexport import bench
+from vitexport.backends.base import RunOptions
 from vitexport.bench import (UNSTABLE_CV, LatencyStats, WallTimer, first_inference_ms, measure, peak_gpu_mb,
                              peak_rss_mb, percentile, time_load)
 from vitexport.errors import UsageError
@@ -186,37 +189,219 @@ def test_wall_timer_with_sync_times_gpu_work():
     assert peak_gpu_mb() >= 3 * 2048 * 2048 * 4 / 1e6
 
 
-def test_rounds_take_turns_and_pool_their_samples(tmp_path):
+# --- the worker: a persistent process answering one request at a time ------------------------------------
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def echo(monkeypatch):
+    """Workers that can import tests/echo_backend.py; a job for it in a given mode."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), str(TESTS.parent),
+                                                                     os.environ.get("PYTHONPATH")])))
+
+    def job(mode="ok"):
+        from vitexport.sidecar import ArtifactRecord, SourceRecord
+
+        source = SourceRecord(spec={"model": "echo"}, kind="test", config=None, weights_sha256=None,
+                              input_shape=[1, 3, 8, 8], preprocessing={})
+        record = ArtifactRecord(backend="echo", artifact="", seed=0, precision="fp32", input_names=["x"],
+                                output_names=["y"], input_shape=["batch", 3, 8, 8], dynamic_batch=True, options={},
+                                info={"mode": mode}, source=source)
+        return {"kind": "model", "backend": "echo", "module": "echo_backend", "artifact": None,
+                "record": record.to_dict(), "threads": 1, "seed": 0, "run": vars(RunOptions())}
+
+    return job
+
+
+def test_a_worker_times_bursts_on_request_until_closed(echo):
+    from vitexport.rounds import WorkerProcess
+
+    worker = WorkerProcess(1)
+    try:
+        opened = worker.ask("open", **echo("noisy"))  # what the runtime prints never reaches the replies
+        assert opened["ok"] and opened["provider"] == "echo-cpu" and opened["load_s"] >= 0, opened
+        assert opened["threads_applied"]["threads"] == 1
+        first = worker.ask("prepare", batch=1, warmup_iters=2, warmup_s=0)
+        assert first["ok"] and first["first_inference_ms"] > 0
+        assert len(worker.ask("burst", batch=1, runs=3)["samples_ms"]) == 3
+        assert len(worker.ask("burst", batch=1, ms=1)["samples_ms"]) >= 1  # a time budget: at least one run
+        assert worker.ask("prepare", batch=2)["ok"] and len(worker.ask("burst", batch=2, runs=2)["samples_ms"]) == 2
+        assert worker.ask("fly")["ok"] is False
+        closed = worker.close()
+        assert closed["ok"] and closed["peak_rss_mb"] > 1 and worker.proc.returncode == 0
+    finally:
+        worker.kill()
+
+
+@pytest.mark.parametrize("mode,kind,text", [("unavailable", "unavailable", "echo needs a device"),
+                                            ("broken", "failed", "RuntimeError: cannot parse the file")])
+def test_a_worker_says_why_it_cannot_open(echo, mode, kind, text):
+    from vitexport.rounds import WorkerProcess
+
+    worker = WorkerProcess(1)
+    try:
+        reply = worker.ask("open", **echo(mode))
+        assert reply == {"ok": False, "kind": kind, "reason": reply["reason"]} and text in reply["reason"]
+    finally:
+        worker.kill()
+
+
+def test_a_worker_that_dies_is_a_failed_burst_not_a_hang(echo):
+    from vitexport.rounds import WorkerProcess
+
+    worker = WorkerProcess(1)
+    try:
+        assert worker.ask("open", **echo("dies"))["ok"]
+        reply = worker.ask("prepare", batch=4)
+        assert reply["ok"] is False and reply["reason"].startswith("worker exited 3") and worker.closed
+        assert worker.ask("burst", batch=1, runs=1)["ok"] is False
+    finally:
+        worker.kill()
+
+
+# --- rounds: who runs when ----------------------------------------------------------------------------------
+
+class Recorder:
+    """A stand-in worker: records its bursts in a shared log, answers with fixed samples."""
+
+    def __init__(self, name, log, fail_at=None):
+        self.name, self.log, self.fail_at, self.closed, self.count = name, log, fail_at, False, 0
+
+    def ask(self, op, **f):
+        self.log.append(self.name)
+        self.count += 1
+        if self.fail_at is not None and self.count >= self.fail_at:
+            return {"ok": False, "kind": "failed", "reason": "worker exited -9: killed"}
+        return {"ok": True, "samples_ms": [1.0, 2.0, 3.0], "rss_mb": 10.0}
+
+
+def test_rounds_shuffle_the_order_keep_pairs_together_and_read_the_machine():
+    from vitexport.rounds import Cell, Probe, Rounds
+
+    log = []
+    a, b, c = (Cell(n, Recorder(n, log), 1) for n in "abc")
+    a.pair = b.pair = 0
+    gemms = [Probe(n, Recorder(n, log), {"runs": 2}, 1e9) for n in ("numpy", "torch")]
+    rounds = Rounds({"ms": 10}, reference=Probe("ref", Recorder("ref", log), {"ms": 20}), gemms=gemms, seed=1,
+                    gemm_bursts=3)
+    rounds.run([a, b, c], 12)
+    # every round: the reference, a group (the pair a+b back to back, or c), the reference, the other
+    # group, the reference; then the GEMM bursts, 6 of them spread over the 12 rounds
+    assert len(rounds.states) == 12 and all(s["reference_ms"] == 2.0 for s in rounds.states)
+    models = [n for n in log if n in ("a", "b", "c", "ref")]
+    orders = [tuple(models[i:i + 6]) for i in range(0, len(models), 6)]
+    assert all(o[0] == "ref" and o[-1] == "ref" and sorted(o) == ["a", "b", "c", "ref", "ref", "ref"] for o in orders)
+    assert all(abs(o.index("a") - o.index("b")) == 1 for o in orders)  # the pair is never split
+    assert len(set(orders)) > 3  # the order changes from round to round
+    assert [p.bursts for p in gemms] == [3, 3] and log.count("numpy") == 3
+    assert a.medians == [2.0] * 12 and a.references == [2.0] * 12 and len(a.samples) == 36
+
+
+def test_a_cell_that_fails_is_not_run_again():
+    from vitexport.rounds import Cell, Rounds
+
+    log = []
+    good, flaky = Cell("good", Recorder("good", log), 1), Cell("flaky", Recorder("flaky", log, fail_at=2), 1)
+    Rounds({"ms": 10}, seed=0).run([good, flaky], 5)
+    assert log.count("flaky") == 2 and log.count("good") == 5
+    assert flaky.failure == {"reason": "worker exited -9: killed", "kind": "failed"} and len(flaky.medians) == 1
+
+
+# --- bench: settings, strictness ------------------------------------------------------------------------------
+
+def test_rounds_and_bursts_from_the_settings():
+    from vitexport.benchsession import MIN_ROUNDS, Settings
+
+    def settings(**kw):
+        base = dict(threads=2, warmup_iters=0, warmup_s=0, iters=None, budget_s=5.0, seed=0, allow_fallback=False,
+                    auto=False, batches=[1], rounds=None, latency_budget_ms=None, recheck_s=5.0, max_slowdown=None,
+                    roofline=False)
+        return Settings(**{**base, **kw})
+
+    assert settings().round_count(False) == 20 and settings().burst(20) == {"ms": 250.0}
+    assert settings(budget_s=0.5).round_count(False) == MIN_ROUNDS
+    assert settings(iters=4).round_count(False) == 4 and settings(iters=4).burst(4) == {"runs": 1}
+    assert settings(iters=4).round_count(True) == MIN_ROUNDS  # an A/B pair needs rounds for an interval
+    assert settings(iters=100, rounds=3).burst(3) == {"runs": 34}
+
+
+def test_rows_pool_their_rounds(monkeypatch, tmp_path):
+    from fake_workers import install
+
     from vitexport import api
-    from vitexport.benchrun import pooled
     from vitexport.sources import SourceSpec
 
-    report = api.bench(SourceSpec("tiny", overrides={"depth": 1}), ["torch"], [1], iters=4, warmup_iters=1,
+    fake = install(monkeypatch)
+    report = api.bench(SourceSpec("tiny", overrides={"depth": 1}), ["torch"], [1, 2], iters=4, warmup_iters=1,
                        warmup_s=0, budget_s=None, out_dir=tmp_path, roofline=False, rounds=2)
+    assert [r["iterations"] for r in report["results"]] == [4, 4] and report["settings"]["rounds"] == 2
     row = report["results"][0]
-    assert row["available"] and row["rounds"] == 2 and row["iterations"] == 4  # 2 per round, pooled
-    assert report["settings"]["rounds"] == 2 and "samples_ms" not in row
-    a = {"samples_ms": [1.0, 2.0], "load_s": 0.5, "first_inference_ms": 9.0, "peak_rss_mb": 10.0}
-    b = {"samples_ms": [3.0, 4.0], "load_s": 0.1, "first_inference_ms": 1.0, "peak_rss_mb": 30.0}
-    merged = pooled([a, b], 1)
-    assert merged["latency_ms"]["p50"] == pytest.approx(2.5) and merged["iterations"] == 4
-    assert merged["load_s"] == 0.5 and merged["first_inference_ms"] == 9.0 and merged["peak_rss_mb"] == 30.0
+    assert row["rounds"] == 2 and len(row["per_round"]["median_ms"]) == 2 == len(row["per_round"]["reference_ms"])
+    assert row["available"] and row["latency_ms"]["p50"] == pytest.approx(10.0, rel=0.05)
+    assert row["peak_rss_mb"] == 100.0 and row["first_inference_ms"] == 50.0 and "samples_ms" not in row
+    conditions = report["conditions"]
+    assert conditions["rounds"] == 2 and conditions["reference_kernel"]["what"] == "fake reference"
+    assert len(conditions["per_round"]) == 2
+    assert {"steal", "clock_ghz", "reference_ms"} <= set(conditions["per_round"][0])
+    assert all(w.closed for w in fake.workers)
 
 
-def test_a_cell_that_fails_in_a_later_round_is_not_run_again(tmp_path, monkeypatch):
-    from vitexport import api, benchrun
+@pytest.fixture(scope="module")
+def tiny_onnx(tmp_path_factory):
+    from vitexport import api
+    from vitexport.backends.onnx.options import OnnxOptions
     from vitexport.sources import SourceSpec
 
-    calls = []
-    real = benchrun.run_worker
+    out = tmp_path_factory.mktemp("tiny")
+    return Path(api.export("onnx", SourceSpec("tiny", overrides={"depth": 1}), OnnxOptions(), out)["artifact"])
 
-    def flaky(job, threads):  # round 1 measures, round 2 fails, round 3 must not run
-        calls.append(job["batch"])
-        return real(job, threads) if len(calls) == 1 else {"ok": False, "reason": "worker died"}
 
-    monkeypatch.setattr(benchrun, "run_worker", flaky)
-    report = api.bench(SourceSpec("tiny", overrides={"depth": 1}), ["torch"], [1], iters=3, warmup_iters=0,
-                       warmup_s=0, budget_s=None, out_dir=tmp_path, roofline=False, rounds=3)
-    row = report["results"][0]
-    assert len(calls) == 2 and row["available"] is False and row["reason"] == "worker died"
-    assert "rounds" not in row and "latency_ms" not in row
+def test_bench_refuses_a_changed_artifact_before_timing(tiny_onnx, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from vitexport import benchrun
+    from vitexport.cli import app
+
+    monkeypatch.setattr(benchrun, "measure_all", lambda *a, **k: pytest.fail("timed a changed artifact"))
+    changed = tmp_path / tiny_onnx.name
+    changed.write_bytes(tiny_onnx.read_bytes() + b"\0")
+    (tmp_path / f"{tiny_onnx.name}.json").write_bytes(Path(f"{tiny_onnx}.json").read_bytes())
+    for args in ([changed], [tiny_onnx, "--baseline", changed]):
+        result = CliRunner().invoke(app, ["bench", *map(str, args), "--backend", "onnxruntime", "--no-roofline",
+                                          "--out", str(tmp_path / "out")])
+        assert result.exit_code == 4, result.stderr
+        assert f"{changed.name} is corrupt or changed since export (its sha256 differs from the sidecar's)" \
+            in result.stderr
+
+
+@pytest.mark.parametrize("failure,code", [({"reason": "no such device", "kind": "unavailable"}, 3),
+                                          ({"reason": "cannot load it", "kind": "failed"}, 1)])
+def test_nothing_that_was_asked_for_ran_exits_with_its_error_after_the_table(tiny_onnx, tmp_path, monkeypatch,
+                                                                            failure, code):
+    from typer.testing import CliRunner
+
+    from fake_workers import install
+    from vitexport.cli import app
+
+    fake = install(monkeypatch)
+    fake.fail_open = lambda job: failure if job["backend"] == "onnx" else None
+    result = CliRunner().invoke(app, ["bench", str(tiny_onnx), "--no-roofline", "--budget-s", "1", "--out",
+                                      str(tmp_path / "out")])  # torch (rebuilt from the sidecar) runs; the artifact not
+    assert result.exit_code == code, result.stderr
+    assert f"nothing could be timed: onnxruntime ({tiny_onnx.name}): {failure['reason']}" in result.stderr
+    assert "n/a" in result.stdout and "torch" in result.stdout  # the table came first
+
+
+def test_rows_merely_unavailable_here_stay_n_a_when_others_ran(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from fake_workers import install
+    from vitexport.cli import app
+
+    install(monkeypatch)
+    base = ["bench", "--config", "tiny", "--set", "depth=1", "--no-roofline", "--budget-s", "1"]
+    ok = CliRunner().invoke(app, base + ["--backend", "torch", "--backend", "torch-cuda", "--out", str(tmp_path / "a")])
+    assert ok.exit_code == 0, ok.stderr
+    none = CliRunner().invoke(app, base + ["--backend", "torch-cuda", "--out", str(tmp_path / "b")])
+    assert none.exit_code == 3 and "nothing could be timed: torch-cuda" in none.stderr

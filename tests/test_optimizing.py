@@ -1,49 +1,109 @@
-"""`vitexport optimize`: candidates built, verified and timed in one run; the fastest passing one is
-published with the reason; nothing is published when nothing passes."""
+"""`vitexport optimize`: every runtime's candidates built, verified and timed in one run; the fastest
+passing one is published, whatever its runtime, with the reason; nothing is published when nothing
+passes; a runtime that cannot run here offers nothing and says why."""
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
-from vitexport import sidecar
+from vitexport import backends, optimizing, sidecar
 from vitexport.cli import app
+from vitexport.render import emit_optimize
+from vitexport.sources import SourceSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = Path(__file__).with_name("planted.py")
+IMAGES = ROOT / "samples" / "images"
+TINY = SourceSpec("tiny", overrides={"depth": 1})
 
 
 def invoke(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def test_publishes_the_fastest_candidate_that_passes(tmp_path):
-    result = invoke("optimize", "--config", "digits", "--weights", ROOT / "samples/digits/digits_vit.safetensors",
-                    "--images", ROOT / "samples/digits/holdout", "--budget-s", "0.5", "--out", tmp_path, "--json")
-    assert result.exit_code == 0, result.stderr
-    data = json.loads(result.stdout)
-    rows = {r["candidate"]: r for r in data["candidates"]}
-    assert {"fp32", "fp32-slim", "int8-dynamic", "int8-static"} <= set(rows)
-    assert all(r["passed"] and r["p50_ms"] > 0 for r in rows.values())
-    chosen = rows[data["chosen"]]
+def bf16_here() -> bool:
+    be = backends.get("openvino")
+    return be.runs_here().ok and "openvino-bf16" in {c.label for c in be.candidates("cpu", None)}
+
+
+def test_candidates_of_every_runtime_compete_and_the_fastest_is_published(tmp_path):
+    pytest.importorskip("openvino")
+    result = optimizing.optimize(TINY, images=IMAGES, budget_s=0.05, rounds=1, out_dir=tmp_path)
+    rows = {r["candidate"]: r for r in result["candidates"]}
+    expected = {"fp32", "fp32-slim", "int8-dynamic", "int8-static", "openvino-fp32", "openvino-int8"}
+    assert expected <= set(rows) and ("openvino-bf16" in rows) == bf16_here()
+    assert {r["runtime"] for r in rows.values()} == {"onnxruntime", "openvino"}
+    assert result["runtimes"] == {"onnxruntime": None, "openvino": None}
+    assert all(r["passed"] and r["p50_ms"] > 0 for r in rows.values()), rows
+    assert rows["openvino-int8"]["provider"] == "openvino-CPU-int8+fp32"
+    assert rows["fp32"]["speedup"] == 1.0  # ONNX Runtime's plain fp32 is what every candidate is compared with
+    chosen = rows[result["chosen"]]
     assert chosen["p50_ms"] == min(r["p50_ms"] for r in rows.values())
-    assert rows["fp32"]["speedup"] == 1.0
-    record = sidecar.read(data["artifact"])
-    assert Path(data["artifact"]).name == "digits-optimized.onnx" and record.status == "verified"
+    published = Path(result["artifact"])
+    assert result["backend"] == chosen["backend"] and published.name == "tiny-depth1-optimized" + \
+        backends.get(chosen["backend"]).suffix
+    record = sidecar.read(published)
+    assert record.status == "verified" and record.backend == chosen["backend"]
     choice = record.info["optimize_choice"]
-    assert choice["chosen"] == data["chosen"] and "fastest" in choice["why"]
-    assert set(record.info["optimize_choice"]["others"]) == set(rows) - {data["chosen"]}
-    table = invoke("optimize", "--config", "tiny", "--set", "depth=1", "--budget-s", "0.2", "--out", tmp_path / "again")
-    assert table.exit_code == 0 and "chosen" in table.stdout and "int8-dynamic" in table.stdout
-    assert "int8-static" not in table.stdout  # nothing to calibrate on without images
+    assert choice["chosen"] == result["chosen"] and choice["runtime"] == chosen["runtime"]
+    assert "fastest" in choice["why"]
+    assert set(choice["others"]) == set(rows) - {result["chosen"]}
+
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        emit_optimize(result, as_json=False)
+    lines = table.getvalue().splitlines()
+    assert "runtime" in table.getvalue()
+    assert any("openvino-int8" in line and "openvino" in line.replace("openvino-int8", "") for line in lines)
+    assert any(line.strip().startswith("int8-static") and "onnxruntime" in line for line in lines)
+
+
+def test_bf16_wins_over_fp32_when_int8_fails_its_gate():
+    """The ranking: a failed candidate is never chosen however fast; a faster bf16 beats fp32."""
+    rows = [{"candidate": "fp32", "runtime": "onnxruntime", "precision": "fp32", "passed": True, "p50_ms": 196.0},
+            {"candidate": "int8-static", "runtime": "onnxruntime", "precision": "int8", "passed": False,
+             "p50_ms": None, "reason": "accuracy gate"},
+            {"candidate": "openvino-int8", "runtime": "openvino", "precision": "int8", "passed": False,
+             "p50_ms": None, "reason": "accuracy gate"},
+            {"candidate": "openvino-bf16", "runtime": "openvino", "precision": "bf16", "passed": True, "p50_ms": 114.0}]
+    for row in rows:
+        row["speedup"] = 196.0 / row["p50_ms"] if row["p50_ms"] else None
+    chosen = optimizing.fastest(rows)
+    assert chosen["candidate"] == "openvino-bf16"
+    why = optimizing.reason(chosen, rows, "cpu", 1)
+    assert "openvino" in why["why"] and "1.72x fp32 in onnxruntime" in why["why"]
+    assert why["others"]["int8-static"].startswith("failed its check")
+
+
+def test_a_runtime_that_cannot_run_here_offers_nothing_and_says_why(monkeypatch):
+    ov = type(backends.get("openvino"))
+    monkeypatch.setattr(ov, "bench_unavailable", lambda self, target: "OpenVINO finds no CPU here")
+    offered, runtimes = optimizing.gather("cpu", None, None)
+    assert {backend for backend, _ in offered} == {"onnx"}
+    assert [c.label for _, c in offered] == ["fp32", "fp32-slim", "int8-dynamic"]  # nothing to calibrate on
+    assert runtimes["openvino"] == "OpenVINO finds no CPU here" and runtimes["onnxruntime"] is None
+
+
+def test_only_the_named_backends_compete():
+    offered, runtimes = optimizing.gather("cpu", str(IMAGES), ["onnx"])
+    assert {backend for backend, _ in offered} == {"onnx"} and set(runtimes) == {"onnxruntime"}
 
 
 def test_refuses_when_no_candidate_passes(tmp_path):
-    """A model whose dropout stays active fails every candidate's determinism check: exit 4, nothing published."""
-    result = invoke("optimize", "--model", f"{PLANTED}:active_dropout", "--budget-s", "0.2", "--out", tmp_path)
+    """A model whose dropout stays active fails every candidate's check in every runtime: exit 4,
+    nothing published."""
+    result = invoke("optimize", "--model", f"{PLANTED}:active_dropout", "--budget-s", "0.05", "--out", tmp_path,
+                    "--json")
     assert result.exit_code == 4, result.stderr
-    assert "no candidate passed" in result.stderr and "failed" in result.stdout
-    assert not list(tmp_path.glob("*.onnx"))
+    assert "no candidate passed" in result.stderr
+    data = json.loads(result.stdout)
+    assert data["chosen"] is None and not any(r["passed"] for r in data["candidates"])
+    assert len({r["runtime"] for r in data["candidates"]}) == len(data["runtimes"])
+    assert not [p for p in tmp_path.iterdir() if p.name != "candidates" and not p.name.startswith(".")]
 
 
 def test_bad_target_is_exit_2(tmp_path):
@@ -58,8 +118,6 @@ def test_bad_bench_settings_are_exit_2_before_any_candidate(tmp_path):
 
 
 def test_a_target_that_cannot_run_here_is_exit_3_before_any_candidate(tmp_path, monkeypatch):
-    from vitexport import backends
-
     onnx = type(backends.get("onnx"))
     monkeypatch.setattr(onnx, "bench_unavailable", lambda self, target: "no CUDA provider in this onnxruntime"
                         if target.name == "onnxruntime-cuda" else None)

@@ -12,8 +12,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from vitexport import api, benchrun
-from vitexport.bench import LatencyStats
+from vitexport import api, benchsession
 from vitexport.cli import app
 from vitexport.progress import SILENT, Lines, Progress, as_progress, current, using
 from vitexport.progressbar import Bars, reporter
@@ -113,19 +112,21 @@ def test_an_export_reports_a_counted_check(tmp_path):
     assert ("note", "determinism") in recorder.calls
 
 
-def test_bench_cells_are_one_counted_step(monkeypatch, tmp_path):
-    def run_worker(job, threads):
-        return {"ok": True, **LatencyStats([1.0] * 3, job["batch"]).to_dict(), "provider": "torch-cpu"}
+def test_bench_rounds_are_one_counted_step(monkeypatch, tmp_path):
+    from fake_workers import install
 
-    monkeypatch.setattr(benchrun, "run_worker", run_worker)
+    install(monkeypatch)  # workers that answer at once with made-up timings
     recorder = Recorder()
     api.bench(SourceSpec("tiny", overrides={"depth": 1}), ["torch", "torch-cuda"], [1, 2], roofline=False,
-              out_dir=tmp_path, progress=recorder)
+              budget_s=2.0, out_dir=tmp_path, progress=recorder)
     import torch
 
-    cells = 4 if torch.cuda.is_available() else 2  # cells that can run here are timed; the rest say why not
-    assert ("timing", cells) in recorder.steps() and recorder.advances_after("timing") == cells
+    cells = 4 if torch.cuda.is_available() else 2  # cells that can run here get a worker; the rest say why not
+    assert ("starting workers", cells + 1) in recorder.steps()  # and one for the reference kernel
     assert ("note", "torch (fp32) at batch 2") in recorder.calls
+    rounds = benchsession.MIN_ROUNDS  # 2 s of bursts of about 0.25 s
+    assert ("timing", rounds) in recorder.steps() and recorder.advances_after("timing") == rounds
+    assert ("note", f"round {rounds}/{rounds}") in recorder.calls
 
 
 def test_qdq_calibration_reports_each_input(tmp_path):

@@ -154,7 +154,7 @@ def test_rejects_files_that_are_not_bench_reports(tmp_path):
     with pytest.raises(UsageError, match="vitexport.bench/2"):
         report.load(bad)
     bad.write_text("not json")
-    with pytest.raises(UsageError, match="cannot read"):
+    with pytest.raises(UsageError, match="it is not readable JSON"):
         report.load(bad)
     with pytest.raises(UsageError):
         report.merge([])
@@ -171,16 +171,17 @@ def test_gpu_rows_are_not_shown_against_the_cpu_rate():
 
 FULL_MARKDOWN = ["device", "backend", "provider", "precision", "batch", "p50 ms", "p90 ms", "p99 ms", "mean ± std ms",
                  "images/s", "load s", "first ms", "artifact MB", "peak RSS MB", "peak GPU MB", "CV", "of GEMM",
-                 "vs baseline"]
+                 "vs baseline", "knee"]
 FULL_TERMINAL = ["device", "backend", "prec", "batch", "p50", "p90", "p99", "mean±sd", "img/s", "load", "1st", "file",
-                 "RSS", "GPU", "CV", "roof", "vs base"]
+                 "RSS", "GPU", "CV", "roof", "vs base", "knee"]
 
 
 def full_report():
     """A merged report with every conditional column shown: GPU memory, a GEMM share, an unavailable row,
-    a comparison with a baseline."""
+    a comparison with a baseline, a batch sweep's knee."""
     vs = {"baseline_p50_ms": 16.0, "change": 0.25, "threshold": 0.1, "regressed": True}
-    data = make_report([result("torch", 1, 20.0, roofline_fraction=0.25, device_label="Xeon A", vs_baseline=vs),
+    data = make_report([result("torch", 1, 20.0, roofline_fraction=0.25, device_label="Xeon A", vs_baseline=vs,
+                               sweep=True, knee=True),
                         result("torch-cuda", 1, 3.0, provider="torch-cuda", peak_gpu_mb=900.0, roofline_fraction=0.3,
                                roofline_basis="cuda", device_label="Xeon A"),
                         {**result("coreml", 8, 0, False, reason="Core ML runs only on macOS"),
@@ -192,9 +193,10 @@ def full_report():
 def test_csv_header_is_fixed(tmp_path):
     assert report.CSV_FIELDS == (
         "device", "model", "backend", "provider", "precision", "batch_size", "status", "p50_ms", "p90_ms", "p99_ms",
-        "mean_ms", "std_ms", "min_ms", "max_ms", "throughput_ips", "cv", "unstable", "iterations", "load_s",
-        "first_inference_ms", "artifact_mb", "peak_rss_mb", "peak_gpu_mb", "roofline_fraction", "roofline_basis",
-        "p50_change_vs_baseline")
+        "mean_ms", "std_ms", "min_ms", "max_ms", "throughput_ips", "cv", "unstable", "iterations", "rounds",
+        "round_spread", "load_s", "first_inference_ms", "artifact_mb", "peak_rss_mb", "peak_gpu_mb",
+        "roofline_fraction", "roofline_basis", "p50_change_vs_baseline", "change_low_vs_baseline",
+        "change_high_vs_baseline", "verdict_vs_baseline", "knee")
     for data in (full_report(), make_report([result("torch", 1, 20.0)])):  # the same header for any report
         report.write_csv(data, tmp_path / "r.csv")
         assert tuple(next(csv.reader(open(tmp_path / "r.csv")))) == report.CSV_FIELDS
@@ -205,9 +207,9 @@ def test_table_headers_show_conditional_columns_only_when_they_have_values():
     assert [c.header for c in report.rich_table(full_report()).columns] == FULL_TERMINAL
     plain = make_report([result("torch", 1, 20.0)])
     assert report.table_columns(plain) == \
-        [h for h in FULL_MARKDOWN if h not in ("device", "peak GPU MB", "of GEMM", "vs baseline")]
+        [h for h in FULL_MARKDOWN if h not in ("device", "peak GPU MB", "of GEMM", "vs baseline", "knee")]
     assert [c.header for c in report.rich_table(plain).columns] == \
-        [h for h in FULL_TERMINAL if h not in ("device", "GPU", "roof", "vs base")]
+        [h for h in FULL_TERMINAL if h not in ("device", "GPU", "roof", "vs base", "knee")]
 
 
 def test_every_column_reaches_its_outputs_consistently():
@@ -227,6 +229,7 @@ def test_every_column_reaches_its_outputs_consistently():
     assert body[1][FULL_MARKDOWN.index("peak GPU MB")] == "900.0" and records[1]["peak_gpu_mb"] == 900.0
     assert body[0][FULL_MARKDOWN.index("vs baseline")] == "+25% > 10%" and records[0]["p50_change_vs_baseline"] == 0.25
     assert body[1][FULL_MARKDOWN.index("vs baseline")] == "" and records[1]["p50_change_vs_baseline"] is None
+    assert body[0][FULL_MARKDOWN.index("knee")] == "knee" and records[0]["knee"] is True and records[1]["knee"] is None
     # A row that could not run: named in full, its reason where its numbers would be, the rest empty.
     first_number = FULL_MARKDOWN.index("p50 ms")
     assert body[2][:first_number] == ["Xeon A", "coreml", "", "fp32", "8"]
@@ -250,3 +253,116 @@ def test_a_new_column_is_one_entry_in_the_list(monkeypatch):
     table = report.rich_table(data)
     assert table.columns[-1].header == "J/img" and table.columns[-1]._cells == ["0.12", ""]
     assert [r.get("joules_per_image") for r in report.csv_records(data)] == [0.125, None]
+
+
+# --- what explains the timings: conditions, rooflines, the verdict -------------------------------------------
+
+def test_rooflines_are_described_with_every_library_and_the_peak(tmp_path):
+    data = make_report([result("onnxruntime", 1, 15.0, roofline_fraction=0.4, roofline_basis="cpu"),
+                        result("onnxruntime", 1, 5.0, precision="int8", roofline_fraction=None,
+                               roofline_basis="cpu-int8",
+                               roofline_note="130% of the cpu-int8 GEMM rate (300 GFLOP/s) even after measuring it "
+                                             "again: not shown")])
+    data["roofline"] = {"basis": "cpu", "n": 2048, "threads": 2, "gflops": 201.0, "library": "openvino",
+                        "libraries": {"openvino": {"gflops": 201.0}, "numpy": {"gflops": 199.0},
+                                      "torch": {"unavailable": "torch is not installed"}},
+                        "peak": {"gflops": 166.2, "cores": 2, "flop_per_cycle": 32.0, "isa": "AVX-512 on 256-bit FMA "
+                                 "units", "ghz": 2.6, "clock_source": "cpuinfo (nominal; boost may be higher)",
+                                 "note": "the measured rate is above this: ... (at least 3.14 GHz)"}}
+    data["roofline_int8"] = {"basis": "cpu-int8", "n": 2048, "threads": 2, "gflops": 300.0, "library": "onnxruntime",
+                             "libraries": {"onnxruntime": {"gflops": 300.0}}, "peak": {"gflops": None}}
+    lines = report.roofline_lines(data)
+    assert lines[0].startswith("CPU fp32 GEMM (2048³, 2 threads, measured inside the timed rounds): best 201 GFLOP/s "
+                               "in openvino (also numpy 199); not measured: torch: torch is not installed; "
+                               "theoretical peak 166 GFLOP/s (2 cores × 32 per cycle")
+    assert "(at least 3.14 GHz)" in lines[0]
+    assert lines[1].startswith("CPU int8 GEMM") and "300 GOP/s" in lines[1] and "peak unknown" in lines[1]
+    assert lines[2].startswith("onnxruntime int8 batch 1: 130% of the cpu-int8 GEMM rate")
+    markdown = report.write_all(data, tmp_path / "r")["md"]
+    assert "## Roofline" in open(markdown).read()
+
+
+def test_the_conditions_and_the_verdicts_are_in_words(tmp_path):
+    data = make_report([result("onnxruntime", 1, 20.0, vs_baseline={"change": 0.3, "low": 0.27, "high": 0.33,
+                                                                     "threshold": 0.05, "verdict": "slower",
+                                                                     "regressed": True})])
+    data["conditions"] = {"threads": 2, "rounds": 20, "seconds": 14.2, "steal": {"mean": 0.004, "max": 0.03},
+                          "reference_kernel": {"gflops": {"median": 118.0, "best": 134.0, "worst": 64.0}},
+                          "clock_ghz": {"median": 2.6, "source": "cpuinfo"}, "phase_changes": 2,
+                          "disturbed_rounds": 6}
+    entry = {"row": "onnxruntime fp32 batch 1 (tiny.onnx)", "baseline_row": "onnxruntime fp32 batch 1 (tiny.onnx)",
+             "ratio": 1.3, "low": 1.27, "high": 1.33, "rounds": 20, "confidence": 0.95, "p50_ms": 26.0,
+             "baseline_p50_ms": 20.0, "threshold": 0.05, "verdict": "slower", "regressed": True}
+    data["baseline"] = {"path": "main/tiny.onnx", "kind": "artifacts", "rule": "the rule", "compared": [
+        entry, {**entry, "row": "torch fp32 batch 1", "baseline_row": "torch fp32 batch 1", "verdict": "inconclusive",
+                "why": "the interval reaches past 1.05x", "regressed": False}],
+        "unmatched": [], "regressions": [entry], "inconclusive": []}
+    lines = report.baseline_lines(data["baseline"])
+    assert lines[0].startswith("Compared with main/tiny.onnx (artifacts measured in the same rounds): 2 rows, 1 slower")
+    assert lines[1] == ("slower: onnxruntime fp32 batch 1 (tiny.onnx) 1.30x (95% interval 1.27-1.33x, 20 rounds), "
+                        "p50 26 ms vs 20 ms, limit 1.05x")
+    assert lines[2].startswith("inconclusive: torch fp32 batch 1 1.30x") and lines[2].endswith("reaches past 1.05x")
+    markdown = open(report.write_all(data, tmp_path / "r")["md"]).read()
+    assert ("Conditions during the run: threads 2; 20 rounds in 14 s; steal 0.4% (max 3% in a round); reference kernel "
+            "118 GFLOP/s (64-134); clock 2.60 GHz (cpuinfo); 2 phase changes, 6 of 20 rounds disturbed.") in markdown
+    assert "| +30% (+27%..+33%) > 5% |" in markdown
+    table = render(report.rich_table(data))
+    assert "+30%>5%" in table
+
+
+def test_compare_names_machines_with_brackets_and_their_conditions(tmp_path, capsys):
+    from vitexport.render import compare_report
+
+    a, b = tmp_path / "monday.json", tmp_path / "tuesday.json"
+    for path in (a, b):
+        data = make_report([result("torch", 1, 20.0)], "Xeon")
+        data["conditions"] = {"threads": 2, "rounds": 8, "seconds": 4.0, "phase_changes": 0, "disturbed_rounds": 0}
+        report.write_json(data, path)
+    merged = report.merge([a, b])
+    merged["ranking"] = {"1": [f"{r['device_label']} {r['backend']}" for r in report.ranking(merged)[1]]}
+    merged["files"] = {}
+    compare_report(merged)
+    out = capsys.readouterr().out
+    assert "fastest first: Xeon [monday] torch < Xeon [tuesday] torch" in out  # [..] is text, not markup
+    assert "conditions on Xeon [monday]: threads 2; 8 rounds in 4 s" in out
+
+
+def test_report_files_replace_only_a_vitexport_report(tmp_path):
+    data = make_report([result("torch", 1, 20.0)])
+    report.write_all(data, tmp_path / "bench")
+    report.write_all(data, tmp_path / "bench")  # a report vitexport wrote is replaced
+    (tmp_path / "notes.md").write_text("my notes\n")
+    (tmp_path / "dir.csv").mkdir()
+    for stem, named in (("notes", "notes.md"), ("dir", "dir.csv")):
+        with pytest.raises(UsageError, match=named):
+            report.write_all(data, tmp_path / stem)
+    assert (tmp_path / "notes.md").read_text() == "my notes\n" and (tmp_path / "dir.csv").is_dir()
+    assert not list(tmp_path.glob("notes.*json")) and not list(tmp_path.glob(".*partial*"))
+
+
+def test_compare_never_writes_over_a_report_it_was_given(tmp_path):
+    from typer.testing import CliRunner
+
+    from vitexport.cli import app
+
+    given = tmp_path / "a.json"
+    report.write_json(make_report([result("torch", 1, 20.0)]), given)
+    before = given.read_bytes()
+    run = CliRunner().invoke(app, ["compare", str(given), "--out", str(tmp_path / "a")])
+    assert run.exit_code == 2 and "a.json is one of the reports given" in run.output
+    assert given.read_bytes() == before
+
+
+def test_an_interrupted_report_write_leaves_the_previous_set(tmp_path, monkeypatch):
+    first = make_report([result("torch", 1, 20.0)])
+    files = report.write_all(first, tmp_path / "bench")
+    before = {k: open(v, "rb").read() for k, v in files.items()}
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "write_plot", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report.write_all(make_report([result("torch", 1, 30.0)]), tmp_path / "bench")
+    assert {k: open(v, "rb").read() for k, v in files.items()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"bench.{e}" for e in report.REPORT_SUFFIXES)

@@ -244,6 +244,19 @@ def peak_rss_mb() -> float:
     return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6  # bytes on macOS, kB elsewhere
 
 
+def current_rss_mb() -> float | None:
+    """This process's resident memory now in MB (Linux), or None where it cannot be read: a batch
+    sweep projects from it whether the next batch still fits."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024 / 1e6
+    except OSError:
+        pass
+    return None
+
+
 def peak_gpu_mb() -> float | None:
     """Peak memory held by torch's CUDA allocator in MB, or None when torch never used CUDA here.
 

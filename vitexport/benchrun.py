@@ -1,13 +1,13 @@
-"""Benchmark orchestration: what each bench target runs, one fresh worker process per target and
-batch size, and the report that puts them side by side.
+"""Benchmark orchestration: checking what the user asked for, what each bench target runs (artifacts
+given, or exported now), the rows to measure, and the report that puts them side by side.
 
-The worker protocol: a JSON job on the worker's stdin (`python -m vitexport.bench_worker`), one JSON
-line on its stdout: `{"ok": true, ...measurements}` or `{"ok": false, "reason": ...}`.
+The measuring itself: vitexport.benchsession (one worker per row, a target, an artifact and a batch
+size; one for the reference kernel; one per GEMM library), vitexport.rounds (the workers taking turns
+in short rounds) and vitexport.bench_worker (the worker's protocol).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -15,28 +15,36 @@ from typing import Any
 
 from . import backends, sidecar
 from .backends.base import BenchTarget
-from .errors import RegressionError, UsageError
+from .benchsession import AUTO, Planned, Session, Settings, compare
+from .errors import BackendUnavailable, ParityError, RegressionError, RuntimeFailure, UsageError
 from .options import check_number
 from .progress import Progress, ProgressLike, using
 from .sidecar import ArtifactRecord
 from .sources import SourceSpec
 
-
-def bench(spec: SourceSpec | None, targets: list[str], batches: list[int], *, artifacts: list[str | Path] = (),
+def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str, *, artifacts: list[str | Path] = (),
           threads: int | None = None, warmup_iters: int = 5, warmup_s: float = 1.0, iters: int | None = None,
           budget_s: float | None = 5.0, seed: int = 0, out_dir: str | Path = "vitexport-out",
           roofline: bool = True, label: str | None = None, allow_fallback: bool = False, trust_code: bool = False,
-          baseline: str | Path | None = None, max_slowdown: float | None = None, rounds: int = 1,
-          progress: ProgressLike = None) -> dict[str, Any]:
-    """Measure each target at each batch size, each in its own subprocess, on identical feeds.
+          baseline: str | Path | list | None = None, max_slowdown: float | None = None, rounds: int | None = None,
+          progress: ProgressLike = None, latency_budget_ms: float | None = None,
+          recheck_s: float | None = None) -> dict[str, Any]:
+    """Measure each target at each batch size on identical feeds, each row in its own worker process,
+    the rows taking turns in short rounds (`rounds`: how many; default: enough bursts of about
+    0.25 s to fill `budget_s`, at least 8).
 
-    A GPU provider that ONNX Runtime cannot start makes its rows unavailable, unless `allow_fallback`
-    accepts the provider that did run (recorded in each row's `provider`). With `rounds` > 1 every
-    cell is measured that many times, the cells taking turns, and each row pools its rounds' samples:
-    a machine whose speed drifts (other load, clocks) then slows every cell alike, so the ratios
-    between rows hold even where absolute times do not. With a `baseline` report,
-    each row is compared with its like there (`vitexport.regression`); rows slower beyond the
-    threshold raise RegressionError carrying the report, after its files are written."""
+    `batches` may be "auto": double the batch until throughput stops improving, `latency_budget_ms`
+    is exceeded or memory runs short, and report the knee.
+
+    `baseline`: a stored bench report of this machine, or artifacts (one or more) measured in the
+    same rounds as the candidates and matched to them like report rows. Rows slower beyond the margin
+    raise RegressionError carrying the report, after its files are written; rows that cannot be told
+    apart from noise are measured again for up to `recheck_s` (default `budget_s`), then called
+    inconclusive in `report["warnings"]`.
+
+    Artifacts (and baseline artifacts) whose files differ from their sidecar raise ParityError before
+    anything is timed. When no row the user asked for could run, the error of the rows (BackendUnavailable
+    or RuntimeFailure) is raised carrying the report."""
     from . import fingerprint, regression, report as reports
     from .staging import prepare_out_dir
 
@@ -44,120 +52,212 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int], *, ar
     unknown = [t for t in targets if t not in known]
     if unknown:
         raise UsageError(f"unknown bench backend(s) {', '.join(unknown)} (known: {', '.join(known)})")
-    check_settings(batches, threads, warmup_iters, warmup_s, iters, budget_s)
-    check_number(rounds, "--rounds", minimum=1, maximum=1000)
+    auto = is_auto(batches)
+    check_settings([1] if auto else batches, threads, warmup_iters, warmup_s, iters, budget_s)
+    if rounds is not None:
+        check_number(rounds, "--rounds", minimum=1, maximum=1000)
+    for flag, value in (("--latency-budget-ms", latency_budget_ms), ("--recheck-s", recheck_s)):
+        if value is not None:
+            check_number(value, flag, minimum=0, maximum=1e7)
+    if latency_budget_ms is not None and not auto:
+        raise UsageError("--latency-budget-ms bounds the --batch auto sweep; give --batch auto")
     regression.check_slowdown(max_slowdown)
-    old = regression.load_bench_baseline(Path(baseline)) if baseline is not None else None
+    if auto and baseline:
+        raise UsageError("--batch auto looks for a knee and compares nothing; give the batch sizes to compare "
+                         "with --baseline")
+    old, old_path, base_artifacts = parse_baseline(baseline)
+    for path in [*artifacts, *base_artifacts]:
+        check_intact(Path(path))
     threads = threads or fingerprint.usable_cores() or 1
     out = prepare_out_dir(out_dir)
+    settings = Settings(threads=threads, warmup_iters=warmup_iters, warmup_s=warmup_s, iters=iters,
+                        budget_s=budget_s, seed=seed, allow_fallback=allow_fallback, auto=auto,
+                        batches=[1] if auto else list(batches), rounds=rounds, latency_budget_ms=latency_budget_ms,
+                        recheck_s=budget_s if recheck_s is None else recheck_s, max_slowdown=max_slowdown,
+                        roofline=roofline)
     with using(progress) as reporter:
-        report = measure_all(spec, targets, batches, artifacts=artifacts, threads=threads, warmup_iters=warmup_iters,
-                             warmup_s=warmup_s, iters=iters, budget_s=budget_s, seed=seed, out=out,
-                             roofline=roofline, label=label, allow_fallback=allow_fallback, trust_code=trust_code,
-                             rounds=rounds, progress=reporter)
-    if old is not None:
-        report["baseline"] = regression.compare_bench(report, old, Path(baseline), max_slowdown)
+        report = measure_all(spec, targets, settings, artifacts=[Path(a) for a in artifacts], out=out, label=label,
+                             trust_code=trust_code, old=old, old_path=old_path, base_artifacts=base_artifacts,
+                             progress=reporter)
     report["files"] = reports.write_all(report, out / f"bench-{safe_name(report['model'])}")
-    if old is not None and report["baseline"]["regressions"]:
-        raise RegressionError(regression.bench_message(report["baseline"]), report)
+    comparison = report.get("baseline")
+    if comparison and comparison["regressions"]:
+        raise RegressionError(regression.bench_message(comparison), report)
+    strict(report)
     return report
 
 
-def measure_all(spec: SourceSpec | None, targets: list[str], batches: list[int], *, artifacts, threads: int,
-                warmup_iters: int, warmup_s: float, iters: int | None, budget_s: float | None, seed: int, out: Path,
-                roofline: bool, label: str | None, allow_fallback: bool, trust_code: bool, rounds: int,
-                progress: Progress) -> dict[str, Any]:
-    """The report's measurements: sources, one worker per cell (per round), the roofline."""
-    from . import fingerprint, report as reports
+def is_auto(batches) -> bool:
+    return batches == AUTO or (isinstance(batches, (list, tuple)) and list(batches) == [AUTO])
+
+
+def parse_baseline(baseline) -> tuple[dict | None, Path | None, list[Path]]:
+    """(stored report, its path, []) or (None, None, baseline artifacts)."""
+    if baseline is None:
+        return None, None, []
+    paths = [Path(p) for p in (baseline if isinstance(baseline, (list, tuple)) else [baseline])]
+    if not paths:
+        return None, None, []
+    artifacts = [p for p in paths if sidecar.path_for(p).is_file()]
+    if len(artifacts) == len(paths):
+        return None, None, artifacts
+    if len(paths) > 1:
+        raise UsageError("--baseline takes one bench report, or artifacts (each with its sidecar beside it), "
+                         "not both and not several reports")
+    path = paths[0]
+    if path.suffix != ".json" and path.exists():
+        raise UsageError(f"--baseline {path}: no sidecar {sidecar.path_for(path).name} beside it (an artifact "
+                         "baseline needs the sidecar vitexport wrote)")
+    return load_bench_baseline(path), path, []
+
+
+def load_bench_baseline(path: Path) -> dict:
+    """A single machine's bench report (a merged `compare` report mixes machines)."""
+    from .report import is_merged, load
+
+    report = load(Path(path))
+    for i, row in enumerate(report["results"], 1):  # a hand-edited file may hold anything
+        problem = _row_problem(row)
+        if problem:
+            raise UsageError(f"--baseline {path}: result {i} {problem}")
+    if is_merged(report) or report.get("merged_from"):
+        raise UsageError(f"--baseline {path} merges several machines; give one machine's bench report")
+    return report
+
+
+def _row_problem(row) -> str | None:
+    import math
+
+    def positive(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+    if not isinstance(row, dict):
+        return "is not a row"
+    latency = row.get("latency_ms")
+    if row.get("available") and not (isinstance(latency, dict) and positive(latency.get("p50"))):
+        return "ran but has no p50 latency"
+    per = row.get("per_round")
+    if per is None:
+        return None
+    series = [per.get(k, []) for k in ("median_ms", "reference_ms")] if isinstance(per, dict) else [None]
+    if not all(isinstance(s, list) and all(v is None or positive(v) for v in s) for s in series):
+        return "has malformed per-round timings"
+    return None
+
+
+def check_intact(path: Path) -> None:
+    """The artifact's files are the ones its sidecar describes, as `verify` checks them (exit 4)."""
+    from .pipeline import damaged, integrity_problem
+
+    record = sidecar.read(path)
+    problem = integrity_problem(backends.get(record.backend), path, record)
+    if problem:
+        raise ParityError(damaged(path, problem))
+
+
+def measure_all(spec: SourceSpec | None, targets: list[str], settings: Settings, *, artifacts: list[Path], out: Path,
+                label: str | None, trust_code: bool, old: dict | None, old_path: Path | None,
+                base_artifacts: list[Path], progress: Progress) -> dict[str, Any]:
+    """The report's measurements: sources, workers, rounds, the baseline's verdict, the roofline."""
+    from . import conditions, fingerprint, regression, report as reports
 
     known = backends.bench_targets()
-    sources, model_name, gflops = sources_for(spec, [known[t] for t in targets], batches, artifacts, out, seed,
-                                              trust_code, progress)
-    settings = {"threads": threads, "warmup_iters": warmup_iters, "warmup_s": warmup_s, "iters": iters,
-                "allow_fallback": allow_fallback, "budget_s": budget_s, "seed": seed, "rounds": rounds,
-                "mode": "end-to-end: host arrays in, host arrays out"}
-    cells, results = [], []
+    sources, model_name, gflops = sources_for(spec, [known[t] for t in targets], settings.batches, artifacts, out,
+                                              settings.seed, trust_code, progress)
+    reports.check_writable(out / f"bench-{safe_name(model_name)}")  # before any timing: a user's file stays
+    plan = planned_rows("candidate", sources, targets, settings, model_name)
+    base_plan: list[Planned] = []
+    if base_artifacts:
+        base_sources, base_model, _ = sources_for(None, [known[t] for t in targets], settings.batches, base_artifacts,
+                                                  out, settings.seed, trust_code, progress)
+        base_plan = planned_rows("baseline", base_sources, targets, settings, base_model)
+    pairs, unmatched = regression.pair_rows([p.row for p in plan], [p.row for p in base_plan])
+    count = settings.round_count(paired=bool(base_plan))
+    shape = sources["torch"][0]["record"].source.input_shape if "torch" in sources else None
+    report: dict[str, Any] = {"schema": reports.SCHEMA, "model": model_name, "label": label,
+                              "input_shape": ["batch", *shape[1:]] if shape else None,
+                              "fingerprint": fingerprint.fingerprint(settings.threads),
+                              "settings": settings.to_dict(count), "results": [], "roofline": None}
+    everything = plan + base_plan
+    with Session(settings, progress) as session:
+        session.start(everything)
+        by_row = {id(p.row): p for p in everything}
+        for i, (cand, base) in enumerate(pairs):  # the two sides of a pair run back to back
+            for row in (cand, base):
+                if by_row[id(row)].cell is not None:
+                    by_row[id(row)].cell.pair = i
+        if settings.roofline:
+            session.start_gemms(plan)
+        rounds = session.rounds(settings.burst(count))
+        if settings.auto:
+            report["sweeps"] = session.sweeps(plan, rounds)
+        else:
+            progress.step("timing", total=count)
+            rounds.run(session.cells(everything), count)
+        rounds.top_up()
+        session.fill(everything)
+        report["results"] = [r for p in plan for r in (p.sweep_rows or [p.row])]
+        if old is not None or base_plan:
+            session.recheck(report, plan, base_plan, pairs, unmatched, old, old_path, rounds, count)
+        report["conditions"] = conditions.summary(rounds.states, settings.threads, session.reference_info)
+        if settings.roofline:
+            session.roofline(report, gflops, rounds)
+        session.finish(everything)
+    if old is not None or base_plan:
+        comparison = compare(report, base_plan, pairs, unmatched, old, old_path, settings, final=True)
+        report["baseline"] = comparison
+        if comparison["inconclusive"]:
+            report.setdefault("warnings", []).append(regression.inconclusive_message(comparison))
+    return report
+
+
+def strict(report: dict) -> None:
+    """When nothing the user asked for could run, raise the rows' error carrying the report. Asked
+    for: the rows of the artifacts named (else every row), and those of the baseline's artifacts."""
+    sides = [report["results"], (report.get("baseline") or {}).get("rows") or []]
+    for rows in sides:
+        asked = [r for r in rows if r.get("named")] or rows
+        if asked and not any(r.get("available") for r in asked):
+            failed = [r for r in asked if r.get("failed")]
+            first = (failed or asked)[0]
+            text = (f"nothing could be timed: {first['backend']} ({first.get('artifact') or first['precision']}): "
+                    f"{first.get('reason') or 'unknown'}")
+            error = RuntimeFailure(text) if failed else BackendUnavailable(text)
+            error.result = report
+            raise error
+
+
+def planned_rows(side: str, sources: dict, targets: list[str], settings: Settings, model_name: str) -> list[Planned]:
+    """One row per target x artifact of its backend x batch; those that cannot run here say why."""
+    known = backends.bench_targets()
+    plan = []
     for name in targets:
         target = known[name]
-        if allow_fallback:
+        if settings.allow_fallback:
             target = replace(target, run=replace(target.run, allow_fallback=True))
         be = backends.get(target.backend)
         # Every artifact of the target's backend is timed (an fp32 and an int8 ONNX side by side).
         for source, batch in [(s, b) for s in sources.get(target.backend if target.needs_artifact else "torch")
-                              or [None] for b in batches]:
+                              or [None] for b in settings.batches]:
             row = {"backend": name, "batch_size": batch, "model": model_name,
                    "precision": source["record"].precision if source else "fp32",
                    "artifact": Path(source["artifact"]).name if source and source["artifact"] else None}
-            results.append(row)
+            if source and source.get("named"):
+                row["named"] = True
             reason = (be.bench_unavailable_for(target, source["record"]) if source
                       else be.bench_unavailable(target) or f"no {target.backend} artifact to run")
+            if reason is None and settings.auto and source and not source["record"].dynamic_batch:
+                reason = f"the artifact has a fixed batch of {source['record'].input_shape[0]}; --batch auto needs " \
+                         "a dynamic batch"
             if reason:
                 row.update(available=False, reason=reason)
+                plan.append(Planned(row, None, be, source, side))
                 continue
-            job = {"backend": target.backend, "module": backends.REGISTRY[target.backend],
-                   "artifact": source["artifact"], "record": source["record"].to_dict(), "batch": batch,
-                   "threads": threads, "warmup_iters": warmup_iters, "warmup_s": warmup_s,
-                   "iters": -(-iters // rounds) if iters else None, "budget_s": budget_s / rounds if budget_s else None,
-                   "seed": seed, "run": vars(target.run), "samples": rounds > 1}
-            cells.append((row, job, be, source))
-    progress.step("timing", total=len(cells) * rounds)
-    for r in range(rounds):
-        for row, job, be, source in cells[r % len(cells):] + cells[:r % len(cells)] if cells else []:
-            if row.get("available") is False:  # failed in an earlier round: not run again
-                progress.advance()
-                continue
-            progress.note(f"{row['backend']} ({row['precision']}) at batch {row['batch_size']}"
-                          + (f", round {r + 1}/{rounds}" if rounds > 1 else ""))
-            measured = run_worker(job, job["threads"])
-            progress.advance()
-            if not measured.pop("ok"):
-                row.update(available=False, reason=measured["reason"])
-                row.pop("rounds", None)  # a failed cell reports its reason, not its earlier samples
-                continue
-            row.setdefault("rounds", []).append(measured)
-    for row, job, be, source in cells:
-        if row.get("available") is not False:
-            measured = pooled(row.pop("rounds"), job["batch"])
-            row.update(available=True, reason=None, artifact_bytes=source["bytes"],
-                       roofline_basis=basis(be, measured.get("provider"), row["precision"]), **measured)
-    shape = sources["torch"][0]["record"].source.input_shape if "torch" in sources else None
-    report = {"schema": reports.SCHEMA, "model": model_name, "label": label,
-              "input_shape": ["batch", *shape[1:]] if shape else None,
-              "fingerprint": fingerprint.fingerprint(threads), "settings": settings, "results": results,
-              "roofline": None}
-    if roofline:
-        from .roofline import attach_fractions, cuda_gemm_rate, gemm_rate, int8_gemm_rate
-
-        progress.step("measuring the GEMM roofline")
-        report["roofline"] = {**gemm_rate(threads=threads), "model_gflop_per_image": gflops}
-        bases = {r.get("roofline_basis") for r in results if r.get("available")}
-        if "cpu-int8" in bases:  # int8 rows against the int8 rate measured here, now
-            report["roofline_int8"] = int8_gemm_rate(threads=threads)
-        if "cuda" in bases:
-            report["roofline_cuda"] = cuda_gemm_rate()  # GPU rows are measured against the GPU's rate
-        attach_fractions(report, gflops)
-    return report
-
-
-def pooled(rounds: list[dict], batch: int) -> dict:
-    """One row from its rounds: statistics over every round's samples; load time and first inference
-    from the first (cold) round; peak memory the highest."""
-    if len(rounds) == 1:
-        return rounds[0]
-    from .bench import LatencyStats
-
-    stats = LatencyStats([ms for r in rounds for ms in r.pop("samples_ms")], batch).to_dict()
-    for r in rounds[1:]:
-        r.pop("samples_ms", None)
-    return {**rounds[0], **stats, "rounds": len(rounds),
-            "peak_rss_mb": max(r.get("peak_rss_mb") or 0 for r in rounds) or None}
-
-
-def basis(be, provider: str | None, precision: str) -> str | None:
-    """The GEMM rate a row is measured against: its processor's, at its precision (an int8 graph on
-    the CPU against the CPU's int8 rate, so neither fp32 nor int8 rows are flattered)."""
-    kind = be.roofline_basis(provider)
-    return f"{kind}-int8" if kind == "cpu" and precision == "int8" else kind
+            job = {"kind": "model", "backend": target.backend, "module": backends.REGISTRY[target.backend],
+                   "artifact": source["artifact"], "record": source["record"].to_dict(), "threads": settings.threads,
+                   "seed": settings.seed, "run": vars(target.run)}
+            plan.append(Planned(row, job, be, source, side))
+    return plan
 
 
 def check_settings(batches, threads, warmup_iters, warmup_s, iters, budget_s) -> None:
@@ -181,17 +281,17 @@ def safe_name(name: str | None) -> str:
 def sources_for(spec, targets: list[BenchTarget], batches: list[int], artifacts, out: Path, seed: int,
                 trust_code: bool, progress: Progress):
     """What each target runs: artifacts given by the user, or exports made (and verified) now.
-    Returns ({backend: [{"artifact", "record", "bytes"}, ...]}, model name, GFLOP per image)."""
+    Returns ({backend: [{"artifact", "record", "bytes", "named"}, ...]}, model name, GFLOP per image)."""
     from .pipeline import export, trusted_spec
     from .sources import load
 
-    records: dict[str, dict] = {}
+    records: dict[str, list] = {}
     for path in artifacts:
         record = sidecar.read(Path(path))
         # The torch rows rebuild the recorded model: only with code the user trusts, never unpickling.
         record.source.spec = trusted_spec(record, trust_code, allow_pickle=False).to_dict()
         records.setdefault(record.backend, []).append(
-            {"artifact": str(path), "record": record, "bytes": size_of(Path(path), record)})
+            {"artifact": str(path), "record": record, "bytes": size_of(Path(path), record), "named": True})
         records.setdefault("torch", [{"artifact": None, "record": replace(record, backend="torch", precision="fp32"),
                                       "bytes": None}])
     if spec is not None:
@@ -230,21 +330,3 @@ def size_of(path: Path, record: ArtifactRecord) -> int:
     files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]
     files += [path.with_name(name) for name in record.files]
     return sum(p.stat().st_size for p in files if p.exists())
-
-
-def run_worker(job: dict, threads: int) -> dict:
-    """Run one measurement in a fresh interpreter with the thread count fixed before any import."""
-    import json
-    import subprocess
-    import sys
-
-    from .bench import thread_env
-
-    env = {**os.environ, **thread_env(threads)}
-    proc = subprocess.run([sys.executable, "-m", "vitexport.bench_worker"], input=json.dumps(job, default=str),
-                          capture_output=True, text=True, env=env)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"ok": False, "reason": f"worker exited {proc.returncode}: {tail[:200]}"}
-    return json.loads(lines[-1])

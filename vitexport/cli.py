@@ -265,7 +265,8 @@ def configs(as_json: JsonOpt = False) -> None:
 
 @app.command()
 @handle_errors
-def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it).")],
+def verify(artifact: Annotated[Optional[Path], typer.Argument(
+               help="An artifact written by vitexport (its sidecar beside it).")] = None,
            as_json: JsonOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, images: ImagesOpt = None,
            max_batch: Annotated[Optional[int], typer.Option(
                help="Largest batch checked when the batch is dynamic (default: as exported).")] = None,
@@ -282,12 +283,35 @@ def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by
                help="With --baseline: how many times the baseline's max/mean abs error (and cosine distance) "
                     "is still accepted (default 2).")] = None,
            quiet: QuietOpt = False,
+           device_report: Annotated[Optional[Path], typer.Option(
+               "--device-report", help="Judge this device-report.json, written by a package's check on the device, "
+                                       "against the package's golden outputs (instead of an ARTIFACT).")] = None,
+           package_dir: Annotated[Optional[Path], typer.Option(
+               "--package", help="With --device-report: the package the check ran from (default: the report's "
+                                 "folder).")] = None,
            ) -> None:
-    """Re-check an existing artifact against the model recorded in its sidecar."""
+    """Re-check an existing artifact against the model recorded in its sidecar, or judge a device report."""
     from . import api
     from .backends.base import RunOptions
     from .render import emit
 
+    if device_report is not None or package_dir is not None:
+        if artifact is not None or device_report is None:
+            raise UsageError("give either an ARTIFACT or --device-report FILE (with --package DIR), not both")
+        given = {"--images": images, "--max-batch": max_batch, "--provider": provider, "--baseline": baseline,
+                 "--max-error-growth": max_error_growth, "--allow-fallback": allow_fallback or None,
+                 "--trust-code": trust_code or None, "--allow-pickle": allow_pickle or None}
+        ignored = [flag for flag, value in given.items() if value is not None]
+        if ignored:
+            raise UsageError(f"{', '.join(ignored)} does not apply to --device-report (the device ran the golden "
+                             "inputs its package holds)")
+        from .deploy.judge import judge
+
+        emit(judge(device_report, package=package_dir, atol=atol, rtol=rtol,
+                   gate=api.Gate(min_top1_agreement, max_accuracy_drop)), as_json)
+        return
+    if artifact is None:
+        raise UsageError("give an ARTIFACT to verify, or --device-report FILE")
     run = RunOptions(providers=tuple(provider), allow_fallback=allow_fallback) if provider else RunOptions()
     try:
         with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
@@ -301,8 +325,54 @@ def verify(artifact: Annotated[Path, typer.Argument(help="An artifact written by
     emit(result, as_json)
 
 
+@app.command()
+@handle_errors
+def package(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it).")],
+            target: Annotated[str, typer.Option(
+                "--target", "-t", help="Where it goes: linux, jetson, macos (a Python check), ios (an XCTest) or "
+                                       "android (an instrumented test).")],
+            images: Annotated[Optional[Path], typer.Option(
+                "--images", help="Also carry these images, preprocessed as the check must, among the golden "
+                                 "inputs.")] = None,
+            out: Annotated[Optional[Path], typer.Option(
+                "--out", "-o", help="Folder the package folder goes into (default: the artifact's).")] = None,
+            as_json: JsonOpt = False, trust_code: TrustOpt = False, allow_pickle: PickleOpt = False,
+            force: Annotated[bool, typer.Option(
+                "--force", help="Replace a folder of the package's name that vitexport did not write.")] = False,
+            quiet: QuietOpt = False) -> None:
+    """Write a deploy package: the artifact, golden inputs with PyTorch's outputs, and a check that proves
+    it on the device (judge its report with `vitexport verify --device-report`)."""
+    from .deploy.package import package as write
+    from .render import package_report
+
+    with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
+        result = write(artifact, target, images=images, out_dir=out, trust_code=trust_code, allow_pickle=allow_pickle,
+                       force=force, progress=progress)
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    package_report(result)
+
+
 def _bench_help() -> str:
     return ", ".join(backends.bench_targets()) + " (repeatable)."
+
+
+def _batches(values: Optional[list[str]]) -> "list[int] | str":
+    """--batch N (repeatable) or --batch auto."""
+    if not values:
+        return [1]
+    if "auto" in [v.strip().lower() for v in values]:
+        if len(values) > 1:
+            raise UsageError("--batch auto sweeps the batch itself; give it alone")
+        return "auto"
+    out = []
+    for v in values:
+        try:
+            out.append(int(v))
+        except ValueError:
+            raise UsageError(f"--batch must be a whole number or auto, got {v!r}") from None
+    return out
 
 
 @app.command()
@@ -312,28 +382,35 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
           config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt = None, allow_pickle: PickleOpt = False,
           input_shape: ShapeOpt = None, overrides: SetOpt = None, seed: SeedOpt = 0,
           backend: Annotated[Optional[list[str]], typer.Option("--backend", "-b", help=_bench_help())] = None,
-          batch: Annotated[Optional[list[int]], typer.Option("--batch", help="Batch size (repeatable).")] = None,
+          batch: Annotated[Optional[list[str]], typer.Option(
+              "--batch", help="Batch size (repeatable), or auto: double it until throughput stops improving and "
+                              "report the knee.")] = None,
+          latency_budget_ms: Annotated[Optional[float], typer.Option(
+              help="With --batch auto: the largest p50 latency a batch may have.")] = None,
           threads: Annotated[Optional[int], typer.Option(help="Threads for torch, ONNX Runtime and OpenMP "
                                                                 "(default: the usable cores).")] = None,
           warmup_iters: Annotated[int, typer.Option(help="Warm-up runs (at least).")] = 5,
           warmup_s: Annotated[float, typer.Option(help="Warm-up seconds (at least).")] = 1.0,
-          iters: Annotated[Optional[int], typer.Option(help="Timed runs (default: fill --budget-s).")] = None,
-          budget_s: Annotated[float, typer.Option(help="Seconds of timed runs per measurement.")] = 5.0,
-          roofline: Annotated[bool, typer.Option(help="Also measure the machine's GEMM rate.")] = True,
+          iters: Annotated[Optional[int], typer.Option(help="Timed runs per row (default: fill --budget-s).")] = None,
+          budget_s: Annotated[float, typer.Option(help="Seconds of timed runs per row.")] = 5.0,
+          roofline: Annotated[bool, typer.Option(help="Also measure the machine's GEMM rates.")] = True,
           label: Annotated[Optional[str], typer.Option(help="Name of this machine in merged reports.")] = None,
           allow_fallback: Annotated[bool, typer.Option(
               help="Accept the provider ONNX Runtime falls back to when a GPU provider cannot start.")] = False,
-          rounds: Annotated[int, typer.Option(
-              help="Measure every cell this many times, the cells taking turns (ratios that hold on a busy "
-                   "machine).")] = 1,
+          rounds: Annotated[Optional[int], typer.Option(
+              help="Short rounds the rows take turns in (default: bursts of about 0.25 s that fill --budget-s, "
+                   "at least 8).")] = None,
           trust_code: TrustOpt = False, out: OutOpt = Path("vitexport-out"),
           json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the JSON report here.")] = None,
-          baseline: Annotated[Optional[Path], typer.Option(
-              help="An earlier bench JSON report of this machine: exit 5 when a row's p50 is slower beyond the "
-                   "threshold.")] = None,
+          baseline: Annotated[Optional[list[Path]], typer.Option(
+              help="Artifacts to measure in the same rounds and compare with (repeatable; the CI gate), or an "
+                   "earlier bench JSON report of this machine: exit 5 when a row is slower beyond the margin.")] = None,
           max_slowdown: Annotated[Optional[float], typer.Option(
-              help="With --baseline: the slowdown in percent that fails (default: from both rows' CV, at least "
-                   "10).")] = None,
+              help="With --baseline: the slowdown in percent the whole interval must exceed to fail (default 5 "
+                   "against artifacts, 10 against a report).")] = None,
+          recheck_s: Annotated[Optional[float], typer.Option(
+              help="With --baseline: seconds per row to measure again what could not be told from noise "
+                   "(default: --budget-s).")] = None,
           quiet: QuietOpt = False,
           ) -> None:
     """Time each backend on identical inputs; print one table, write JSON, CSV, Markdown and a PNG plot."""
@@ -349,13 +426,16 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
         if (config or model or not artifacts) else None
     try:
         with progress_for(quiet) as progress:  # stdout is the table even with --json PATH: progress stays
-            result = api.bench(spec, backend or ["torch", "onnxruntime"], batch or [1], artifacts=artifacts or [],
+            result = api.bench(spec, backend or ["torch", "onnxruntime"], _batches(batch), artifacts=artifacts or [],
                                threads=threads, warmup_iters=warmup_iters, warmup_s=warmup_s, iters=iters,
                                budget_s=budget_s, seed=seed, out_dir=out, roofline=roofline, label=label,
-                               allow_fallback=allow_fallback, trust_code=trust_code, baseline=baseline,
-                               max_slowdown=max_slowdown, rounds=rounds, progress=progress)
-    except RegressionError as e:
-        show(e.result)
+                               allow_fallback=allow_fallback, trust_code=trust_code, baseline=baseline or None,
+                               max_slowdown=max_slowdown, rounds=rounds, latency_budget_ms=latency_budget_ms,
+                               recheck_s=recheck_s, progress=progress)
+    except VitexportError as e:  # a slower row, or nothing that could run: the table first, then the error
+        result = getattr(e, "result", None)
+        if isinstance(result, dict) and result.get("schema", "").startswith("vitexport.bench/"):
+            show(result)
         raise
     show(result)
 
@@ -375,8 +455,9 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
              budget_s: Annotated[float, typer.Option(help="Seconds of timed runs per candidate and batch.")] = 5.0,
              out: OutOpt = Path("vitexport-out"), name: NameOpt = None, as_json: JsonOpt = False,
              quiet: QuietOpt = False) -> None:
-    """Build fp32, optimised, int8 (and fp16 on a GPU) ONNX candidates, verify each, time them in one run,
-    and publish the fastest that passes its accuracy gate."""
+    """Build every runtime's candidates for the target (ONNX Runtime fp32, optimised, int8, fp16 on a GPU;
+    OpenVINO fp32, bf16, int8 on a CPU), verify each, time them side by side, and publish the fastest
+    that passes its accuracy gate."""
     from . import api
     from .optimizing import optimize as run
     from .render import emit_optimize
@@ -399,10 +480,11 @@ def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON repor
     from . import report
     from .render import compare_report
 
+    report.check_writable(out, reports)  # before any work: never over a given report or a user's file
     merged = report.merge(reports)
     ranks = report.ranking(merged)
     merged["ranking"] = {str(b): [f"{r['device_label']} {r['backend']}" for r in group] for b, group in ranks.items()}
-    merged["files"] = report.write_all(merged, out)
+    merged["files"] = report.write_all(merged, out, reports)
     if as_json:
         print(json.dumps(merged, indent=2, default=str))
         return

@@ -132,3 +132,128 @@ def fingerprint(threads: int | None = None) -> dict:
         "jetson_clocks": jetson["clocks"],
         "timestamp": now(),
     }
+
+
+# ------------------------------------------------------------------------------------ machine state
+
+def cpu_times() -> tuple[int, int] | None:
+    """(steal, total) jiffies of all CPUs from /proc/stat; None where there is no such file.
+
+    Steal is the time the hypervisor ran something else on a vCPU that wanted to run: on a shared
+    VM it is the one direct sign that a neighbour took the machine."""
+    text = _read("/proc/stat")
+    if not text or not text.startswith("cpu "):
+        return None
+    fields = [int(v) for v in text.splitlines()[0].split()[1:]]
+    # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is already in user
+    steal = fields[7] if len(fields) > 7 else 0
+    return steal, sum(fields[:8])
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of CPU time stolen between two `cpu_times` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
+def clock_ghz() -> tuple[float | None, str]:
+    """The cores' current clock in GHz, averaged, and where it was read."""
+    freqs = [_read(str(p)) for p in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_cur_freq")]
+    khz = [int(f) for f in freqs if f and f.strip().isdigit()]
+    if khz:
+        return sum(khz) / len(khz) / 1e6, "cpufreq"
+    mhz = _cpuinfo_mhz()
+    return (sum(mhz) / len(mhz) / 1000, "cpuinfo") if mhz else (None, "not readable")
+
+
+def max_clock_ghz() -> tuple[float | None, str]:
+    """The highest clock the cores may run at, and where it was read. In a VM, /proc/cpuinfo gives
+    the host's nominal clock, below the boost its cores reach: a peak computed from it is a lower
+    bound, which `theoretical_peak` says."""
+    freqs = [_read(str(p)) for p in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/cpuinfo_max_freq")]
+    khz = [int(f) for f in freqs if f and f.strip().isdigit()]
+    if khz:
+        return max(khz) / 1e6, "cpufreq maximum"
+    mhz = _cpuinfo_mhz()
+    if mhz:
+        return max(mhz) / 1000, "cpuinfo (nominal; boost may be higher)"
+    import re
+
+    named = re.search(r"@\s*([\d.]+)\s*GHz", cpu_model())
+    if named:
+        return float(named.group(1)), "the CPU's name (base clock)"
+    hz = _sysctl("hw.cpufrequency_max")
+    return (int(hz) / 1e9, "sysctl") if hz and hz.isdigit() else (None, "not readable")
+
+
+def _cpuinfo_mhz() -> list[float]:
+    info = _read("/proc/cpuinfo") or ""
+    out = []
+    for line in info.splitlines():
+        if line.startswith("cpu MHz"):
+            try:
+                out.append(float(line.split(":", 1)[1]))
+            except ValueError:
+                pass
+    return out
+
+
+def cpu_vendor() -> tuple[str, int | None]:
+    """('GenuineIntel' | 'AuthenticAMD' | ..., x86 family number or None)."""
+    vendor, family = "", None
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id" and not vendor:
+            vendor = value.strip()
+        elif key.strip() == "cpu family" and family is None and value.strip().isdigit():
+            family = int(value.strip())
+    return vendor, family
+
+
+def flop_per_cycle(features: list[str], vendor: str, family: int | None, precision: str = "fp32") -> \
+        tuple[float, str] | None:
+    """Arithmetic per core and cycle at `precision` ("fp32", "bf16", "fp16", "int8"), from the
+    instruction sets, with the rule used; None where the table has no rule (Arm, other CPUs).
+
+    fp32: two FMA units of the vector width, 2 operations each. Intel's AVX-512 cores have two
+    512-bit units (some Xeon Silver and Bronze have one: half); AMD's Zen 4 runs AVX-512 on 256-bit
+    units (family 25), Zen 5 (family 26) on 512-bit ones. bf16: AVX-512 BF16 doubles fp32, AMX-BF16
+    does 1024 per cycle. int8: VNNI quadruples fp32, AMX-INT8 does 2048. Without these the reduced
+    precision runs at fp32's rate or below."""
+    have = set(features)
+    if "AVX-512" in have:
+        wide = not (vendor == "AuthenticAMD" and (family or 0) < 26)
+        fp32, isa = (64.0, "AVX-512, two 512-bit FMA units") if wide else (32.0, "AVX-512 on 256-bit FMA units")
+    elif "AVX2" in have and "FMA" in have:
+        fp32, isa = 32.0, "AVX2, two 256-bit FMA units"
+    else:
+        return None
+    if precision == "bf16":
+        if "AMX-BF16" in have:
+            return 1024.0, "AMX-BF16"
+        if "AVX-512 BF16" in have:
+            return 2 * fp32, f"AVX-512 BF16 ({isa})"
+    elif precision == "int8":
+        if "AMX-INT8" in have:
+            return 2048.0, "AMX-INT8"
+        if "AVX-512 VNNI" in have or "AVX-VNNI" in have:
+            return 4 * fp32, f"VNNI ({isa})"
+        return 2 * fp32, f"int8 without VNNI ({isa})"
+    elif precision == "fp16" and "AVX-512 FP16" in have:
+        return 2 * fp32, f"AVX-512 FP16 ({isa})"
+    return fp32, isa
+
+
+def theoretical_peak(threads: int | None, precision: str = "fp32") -> dict:
+    """The CPU's peak GFLOP/s (GOP/s for int8) for `threads` cores: operations per cycle (from the
+    instruction sets) x cores x clock. `gflops` is None where a factor is unknown."""
+    vendor, family = cpu_vendor()
+    rule = flop_per_cycle(cpu_features(), vendor, family, precision)
+    ghz, source = max_clock_ghz()
+    cores = min(threads or usable_cores() or 1, physical_cores() or usable_cores() or 1)
+    out = {"precision": precision, "flop_per_cycle": rule[0] if rule else None, "isa": rule[1] if rule else None,
+           "cores": cores, "ghz": ghz, "clock_source": source, "gflops": None}
+    if rule and ghz:
+        out["gflops"] = rule[0] * cores * ghz
+    return out

@@ -84,12 +84,52 @@ def export_result(result: dict[str, Any]) -> None:
     else:
         export_facts(console, result.get("info") or {})
         console.print("parity: not checked (--no-verify)")
+    if result.get("device"):
+        device_facts(console, result)
     source(console, result)
     if result.get("artifact_modified"):
         console.print("[yellow]note:[/yellow] the artifact changed since export (sha256 differs from the sidecar)")
     if result.get("baseline"):
         parity_baseline(console, result["baseline"])
     console.print(f"artifact: {result['artifact']}", highlight=False, soft_wrap=True)
+
+
+def device_facts(console, result: dict[str, Any]) -> None:
+    """A device report's device and its timings: what ran where, and how fast there."""
+    facts = result["device"]
+    shown = ", ".join(f"{k} {facts[k]}" for k in ("model", "os", "cpu", "runtime", "provider", "compute_units",
+                                                  "jetson_power_mode") if facts.get(k) not in (None, ""))
+    console.print(f"device: {escape(shown)}", highlight=False, soft_wrap=True)
+    cases = (result.get("timings") or {}).get("cases")
+    if isinstance(cases, dict) and cases:
+        parts = [f"{escape(str(name))} {t['p50_ms']:.3g} ms at batch {t.get('batch', '?')}"
+                 for name, t in cases.items() if isinstance(t, dict) and isinstance(t.get("p50_ms"), (int, float))]
+        if parts:
+            console.print("on-device p50 latency: " + "; ".join(parts), highlight=False, soft_wrap=True)
+    console.print(f"package: {escape(result['package'])}", highlight=False, soft_wrap=True)
+
+
+def package_report(result: dict[str, Any]) -> None:
+    """`vitexport package`: where the package is, what it holds, and how to prove it on the device."""
+    from rich.console import Console
+
+    console = Console()
+    cases = ", ".join(f"{c['name']} ({c['rows']})" for c in result["cases"])
+    console.print(f"[green]packaged[/green] {escape(_file_name(result['artifact']))} for {result['target']} "
+                  f"({result['runtime']}): {result['files']} files, golden cases {escape(cases)}, atol "
+                  f"{result['tolerance']['atol']:g}, rtol {result['tolerance']['rtol']:g}", highlight=False,
+                  soft_wrap=True)
+    console.print(f"on the device: {escape(result['check'])} (it needs {escape(result['install'])}; see README.md)",
+                  highlight=False, soft_wrap=True)
+    console.print(f"then here: vitexport verify --device-report device-report.json --package "
+                  f"{escape(result['package'])}", highlight=False, soft_wrap=True)
+    console.print(f"package: {escape(result['package'])}", highlight=False, soft_wrap=True)
+
+
+def _file_name(path: str) -> str:
+    from pathlib import Path
+
+    return Path(path).name
 
 
 def parity_baseline(console, comparison: dict[str, Any]) -> None:
@@ -124,6 +164,12 @@ def parity_table(result: dict[str, Any]):
     parity = result["parity"]
     outputs = sorted({c["output"] for c in parity["checks"]})
     title = f"{result['backend']} vs PyTorch: {', '.join(outputs)} ({result['precision']}, {result['provider']})"
+    if result.get("device"):  # a device report: the device's outputs, not this machine's
+        from .deploy.judge import device_name
+
+        title = f"{result['backend']} on {device_name(result['device'])} vs PyTorch: {', '.join(outputs)} " \
+                f"({result['precision']})"
+    title = escape(title)
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     several = len(outputs) > 1
     columns = ["input"] + (["output"] if several else []) + [
@@ -159,7 +205,8 @@ def unverified(console, result: dict[str, Any]) -> None:
                   f"`vitexport verify {result['artifact']}` on the target to compare it with PyTorch",
                   highlight=False, soft_wrap=True)
     if info.get("bundle"):
-        console.print(f"Jetson bundle: {info['bundle']['folder']}", highlight=False, soft_wrap=True)
+        console.print(f"Jetson package: {info['bundle']['folder']} (copy it to the Jetson and run check.py there)",
+                      highlight=False, soft_wrap=True)
 
 
 def export_facts(console, info: dict[str, Any]) -> None:
@@ -246,34 +293,47 @@ def derived(console, info: dict[str, Any]) -> None:
 
 
 def bench_report(result: dict[str, Any]) -> None:
+    """The bench table, then what explains it: the machine's conditions during the run, the
+    rooflines with the theoretical peak, the sweep's knee, the verdict against the baseline."""
     from . import report
+    from .conditions import describe
 
     console = wide_console()
     title = f"vitexport bench: {result['model']} ({result['settings']['threads']} threads)"
     print_table(console, report.rich_table(result, title))
-    roof = result.get("roofline")
-    if roof:
-        console.print(f"roofline: one {roof['n']}³ MatMul in ONNX Runtime reaches {roof['gflops']:.0f} GFLOP/s here")
-    int8 = result.get("roofline_int8")
-    if int8:
-        console.print(f"int8 roofline: the same MatMul with int8 weights reaches {int8['gflops']:.0f} GOP/s here")
+    if result.get("conditions"):
+        console.print(f"conditions: {escape(describe(result['conditions']))}", highlight=False, soft_wrap=True)
+    for line in report.roofline_lines(result):
+        console.print(f"roofline: {escape(line)}", highlight=False, soft_wrap=True)
+    for line in report.sweep_lines(result):
+        console.print(f"[bold]throughput sweep:[/bold] {escape(line)}", highlight=False, soft_wrap=True)
     jetson = report.jetson_line(result.get("fingerprint") or {})
     if jetson:
         console.print(jetson, highlight=False)
     if result.get("baseline"):
+        colour = {"slower": "red", "inconclusive": "yellow"}
         for line in report.baseline_lines(result["baseline"]):
-            console.print(f"[red]{escape(line)}[/red]" if line.startswith("slower") else escape(line),
-                          highlight=False, soft_wrap=True)
+            tint = colour.get(line.split(":", 1)[0])
+            console.print(f"[{tint}]{escape(line)}[/{tint}]" if tint else escape(line), highlight=False,
+                          soft_wrap=True)
+    for warning in result.get("warnings", []):
+        stderr_console().print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     console.print("reports: " + ", ".join(result["files"].values()), highlight=False, soft_wrap=True)
 
 
 def compare_report(merged: dict[str, Any]) -> None:
     from . import report
 
+    from .conditions import describe
+
     console = wide_console()
     print_table(console, report.rich_table(merged, "vitexport compare"))
+    for src in merged.get("sources") or []:  # what each machine was like while its report was measured
+        if src.get("conditions"):
+            console.print(f"conditions on {escape(src['label'])}: {escape(describe(src['conditions']))}",
+                          highlight=False, soft_wrap=True)
     for b, names in merged["ranking"].items():
-        console.print(f"batch {b}, fastest first: " + " < ".join(names), highlight=False)
+        console.print(f"batch {b}, fastest first: " + escape(" < ".join(names)), highlight=False)
     console.print("reports: " + ", ".join(merged["files"].values()), highlight=False, soft_wrap=True)
 
 
@@ -308,9 +368,10 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
     from rich import box
     from rich.table import Table
 
-    table = Table(title=f"vitexport optimize ({result['backend']}, target {result['target']})", box=box.SIMPLE_HEAD)
-    for column in ("candidate", "p50 ms", "speed-up", "cosine", "top-1", "accuracy", "file MB", "verdict"):
-        table.add_column(column, justify="left" if column in ("candidate", "verdict") else "right", no_wrap=True)
+    table = Table(title=f"vitexport optimize (target {result['target']})", box=box.SIMPLE_HEAD)
+    for column in ("candidate", "runtime", "p50 ms", "speed-up", "cosine", "top-1", "accuracy", "file MB", "verdict"):
+        table.add_column(column, justify="left" if column in ("candidate", "runtime", "verdict") else "right",
+                         no_wrap=True)
     for row in result["candidates"]:
         parity = row.get("parity") or {}
         images = parity.get("images") or {}
@@ -318,7 +379,7 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         verdict = ("[bold green]chosen[/bold green]" if row["candidate"] == result["chosen"] else
                    "[green]passed[/green]" if row["passed"] else
                    f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
-        table.add_row(row["candidate"], fmt(row.get("p50_ms")), f"{row['speedup']:.2f}x" if row.get("speedup") else "",
+        table.add_row(row["candidate"], row.get("runtime", ""), fmt(row.get("p50_ms")), f"{row['speedup']:.2f}x" if row.get("speedup") else "",
                       f"{parity.get('cosine_similarity', float('nan')):.6f}",
                       agreement(images),
                       f"{100 * accuracy:.2f}%" if accuracy is not None else "",
@@ -327,6 +388,9 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
     print_table(console, table)
     console.print("top-1: agreement with PyTorch on the --images it is decisive about (* on all of them, where "
                   "it is decisive about none)", highlight=False)
+    for runtime, why in (result.get("runtimes") or {}).items():
+        if why:
+            console.print(f"{runtime} offered nothing: it cannot run here: {escape(why)}", highlight=False)
     if result.get("artifact"):
         console.print(f"published {result['chosen']}: {result['artifact']}", highlight=False, soft_wrap=True)
 

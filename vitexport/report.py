@@ -175,15 +175,35 @@ def _vs_baseline(row: dict) -> dict | None:
 
 
 def _change(vs: dict | None) -> str:
-    """'+12% > 10%' for a row slower beyond its threshold, '-3%' otherwise."""
+    """'+12% (+9%..+15%) > 10%' for a row slower beyond its threshold (the interval where there is
+    one), '-3% (-5%..-1%)' within it, '+8% (+1%..+15%) ?' when the comparison could not tell."""
     if not vs:
         return ""
-    return f"{vs['change']:+.0%}" + (f" > {vs['threshold']:.0%}" if vs["regressed"] else "")
+    text = f"{vs['change']:+.0%}"
+    if vs.get("low") is not None and vs.get("high") is not None:
+        text += f" ({vs['low']:+.0%}..{vs['high']:+.0%})"
+    if vs["regressed"]:
+        text += f" > {vs['threshold']:.0%}"
+    elif vs.get("verdict") == "inconclusive":
+        text += " ?"
+    return text
 
 
 def _change_markup(vs: dict | None) -> str:
-    text = _change(vs)
-    return f"[red]{text}[/red]" if vs and vs["regressed"] else text
+    """The terminal's shorter form: no interval ('+12%>10%', '+8%?')."""
+    if not vs:
+        return ""
+    if vs["regressed"]:
+        return f"[red]{vs['change']:+.0%}>{vs['threshold']:.0%}[/red]"
+    return f"{vs['change']:+.0%}" + ("[yellow]?[/yellow]" if vs.get("verdict") == "inconclusive" else "")
+
+
+def _show_knee(report: dict) -> bool:
+    return any(r.get("sweep") for r in report.get("results", []))
+
+
+def _knee(row: dict) -> Any:
+    return bool(row.get("knee")) if row.get("sweep") else None
 
 
 def _show_baseline(report: dict) -> bool:
@@ -246,6 +266,9 @@ COLUMNS: tuple[Column, ...] = (
     Column(key="cv", csv="cv", value=_field("cv")),
     Column(key="unstable", csv="unstable", value=_field("unstable")),
     Column(key="iterations", csv="iterations", value=_field("iterations")),
+    # How many short rounds the row took turns in, and how much their medians differ (robust CV).
+    Column(key="rounds", csv="rounds", value=_field("rounds")),
+    Column(key="round_spread", csv="round_spread", value=_field("round_spread")),
     Column(key="load", csv="load_s", markdown="load s", terminal="load", value=_field("load_s"), fmt=_f2,
            compact=_f2),
     Column(key="first", csv="first_inference_ms", markdown="first ms", terminal="1st",
@@ -267,6 +290,12 @@ COLUMNS: tuple[Column, ...] = (
     Column(key="vs_baseline", markdown="vs baseline", terminal="vs base", value=_vs_baseline, fmt=_change,
            compact=_change_markup, shown=_show_baseline),
     Column(key="p50_change", csv="p50_change_vs_baseline", value=lambda row: (_vs_baseline(row) or {}).get("change")),
+    Column(key="change_low", csv="change_low_vs_baseline", value=lambda row: (_vs_baseline(row) or {}).get("low")),
+    Column(key="change_high", csv="change_high_vs_baseline", value=lambda row: (_vs_baseline(row) or {}).get("high")),
+    Column(key="verdict", csv="verdict_vs_baseline", value=lambda row: (_vs_baseline(row) or {}).get("verdict")),
+    # `--batch auto`: the batch with the most images/s (within the latency budget) of a sweep.
+    Column(key="knee", csv="knee", markdown="knee", terminal="knee", value=_knee,
+           fmt=lambda v: "knee" if v else "", compact=lambda v: "[bold]knee[/bold]" if v else "", shown=_show_knee),
 )
 
 # Machine-readable columns: raw numbers, no units in cells.
@@ -330,7 +359,7 @@ def rich_table(report: dict, title: str = "vitexport bench"):
     columns = _shown(report, "terminal")
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0),
                   caption="ms: p50 p90 p99 mean±sd, 1st = first inference; load in s; file, RSS, GPU in MB "
-                          "(10^6 bytes); CV = std/mean; roof = share of the measured GEMM rate")
+                          "(10^6 bytes); CV = std/mean; roof = share of the best GEMM rate measured in the rounds")
     for c in columns:
         if c.width:
             table.add_column(c.terminal, min_width=c.width[0], max_width=c.width[1], overflow="fold")
@@ -405,24 +434,89 @@ def _settings_line(settings: dict) -> str:
     if not settings:
         return ""
     stop = f"{settings['iters']} timed runs" if settings.get("iters") else f"{settings.get('budget_s')} s of timed runs"
-    return (f"Warm-up: at least {settings.get('warmup_iters')} runs and {settings.get('warmup_s')} s; then {stop}. "
-            f"Mode: {settings.get('mode', '?')}.")
+    rounds = settings.get("rounds")
+    turns = (f" in {rounds} rounds, the rows taking turns in bursts" if rounds and rounds > 1 else "")
+    return (f"Warm-up: at least {settings.get('warmup_iters')} runs and {settings.get('warmup_s')} s; then {stop}"
+            f"{turns}. Mode: {settings.get('mode', '?')}.")
+
+
+BASIS_NAMES = {"cpu": "CPU fp32", "cpu-int8": "CPU int8", "cpu-bf16": "CPU bf16", "cpu-fp16": "CPU fp16",
+               "cuda": "GPU fp32", "cuda-fp16": "GPU fp16", "cuda-bf16": "GPU bf16"}
+
+
+def roofline_lines(report: dict) -> list[str]:
+    """Each measured GEMM basis in words: the best library's rate, the others', the theoretical peak;
+    then every row whose share was withheld, and why."""
+    from .roofline import REPORT_KEYS
+
+    lines = []
+    for basis, key in REPORT_KEYS.items():
+        roof = report.get(key)
+        if not roof or not roof.get("gflops"):
+            continue
+        unit = "GOP/s" if basis.endswith("int8") else "GFLOP/s"
+        name = BASIS_NAMES.get(basis, basis)
+        if not roof.get("libraries"):  # a report from before the rate was measured in rounds
+            lines.append(f"{name} GEMM: one {roof.get('n', '?')}³ product at {roof['gflops']:.0f} {unit}.")
+            continue
+        others = [f"{lib} {v['gflops']:.0f}" for lib, v in roof["libraries"].items()
+                  if lib != roof["library"] and v.get("gflops")]
+        missing = [f"{lib}: {v['unavailable']}" for lib, v in roof["libraries"].items() if v.get("unavailable")]
+        line = (f"{name} GEMM ({roof['n']}³, {roof.get('threads')} threads, measured inside the timed rounds): "
+                f"best {roof['gflops']:.0f} {unit} in {roof['library']}"
+                + (f" (also {', '.join(others)})" if others else "") + (f"; not measured: {'; '.join(missing)}"
+                                                                         if missing else ""))
+        pk = roof.get("peak") or {}
+        if pk.get("gflops"):
+            line += (f"; theoretical peak {pk['gflops']:.0f} {unit} ({pk['cores']} cores × {pk['flop_per_cycle']:g} "
+                     f"per cycle [{pk['isa']}] × {pk['ghz']:.2f} GHz, {pk['clock_source']})")
+            if pk.get("note"):
+                line += f": {pk['note']}"
+        elif pk:
+            line += "; theoretical peak unknown for this CPU"
+        lines.append(line + ".")
+    for r in report.get("results", []):
+        if r.get("roofline_note"):
+            lines.append(f"{r['backend']} {r.get('precision')} batch {r.get('batch_size')}: {r['roofline_note']}.")
+    return lines
+
+
+def sweep_lines(report: dict) -> list[str]:
+    """`--batch auto`: each sweep's knee and why it stopped."""
+    lines = []
+    for sw in report.get("sweeps") or []:
+        what = f"{sw['backend']} {sw['precision']}" + (f" ({sw['artifact']})" if sw.get("artifact") else "")
+        knee = (f"knee at batch {sw['knee_batch']}: {sw['knee_ips']:.4g} images/s" if sw.get("knee_batch")
+                else "no knee within the latency budget")
+        steps = ", ".join(f"{s['batch']}: {s['throughput_ips']:.4g}/s"
+                          + (f" ({s['gain']['ratio'] - 1:+.0%} paired)" if s.get("gain") else "") for s in sw["steps"])
+        lines.append(f"{what}: {knee} (batches {steps}); stopped: {sw['stopped']}.")
+    return lines
 
 
 def baseline_lines(comparison: dict) -> list[str]:
-    """The comparison with `bench --baseline` in words: the rule, each slower row, each row that
-    could not be compared and why (plain text: Markdown list items and terminal lines alike)."""
-    lines = [f"Compared with {comparison['path']}: {len(comparison['compared'])} rows, "
-             f"{len(comparison['regressions'])} slower beyond the threshold ({comparison['rule']})."]
-    from .regression import slower
+    """The comparison with `bench --baseline` in words: the rule, every compared row with its verdict,
+    each row that could not be compared and why (plain text: Markdown list items and terminal lines)."""
+    from .regression import verdict_text
 
-    lines += [f"slower: {slower(c)}" for c in comparison["regressions"]]
+    kind = "artifacts measured in the same rounds" if comparison.get("kind") == "artifacts" else "a stored report"
+    lines = [f"Compared with {comparison['path']} ({kind}): {len(comparison['compared'])} rows, "
+             f"{len(comparison['regressions'])} slower beyond the limit, "
+             f"{len(comparison.get('inconclusive', []))} inconclusive ({comparison['rule']})."]
+    label = {"slower": "slower", "ok": "within the margin", "inconclusive": "inconclusive", "undecided": "undecided"}
+    for c in comparison["compared"]:
+        verdict = c.get("verdict") or ("slower" if c.get("regressed") else "ok")
+        why = f" — {c['why']}" if verdict == "inconclusive" and c.get("why") else ""
+        lines.append(f"{label.get(verdict, verdict)}: " + (verdict_text(c) if c.get("ratio") is not None
+                                                            else c["row"]) + why)
     side = {"now": "", "baseline": " (baseline)"}
     lines += [f"not compared: {u['row']}{side[u['side']]}: {u['reason']}" for u in comparison["unmatched"]]
     return lines
 
 
 def write_markdown(report: dict, path: Path) -> None:
+    from .conditions import describe
+
     lines = [f"# vitexport bench: {report.get('model') or ''}".rstrip(), ""]
     if report.get("sources"):
         lines += ["Machines:", ""]
@@ -430,14 +524,17 @@ def write_markdown(report: dict, path: Path) -> None:
             rates = [f"{name} GEMM {r['gflops']:.0f} GFLOP/s" for name, r in
                      (("CPU", src.get("roofline")), ("CPU int8", src.get("roofline_int8")),
                       ("GPU", src.get("roofline_cuda"))) if r and r.get("gflops")]
+            cond = describe(src.get("conditions"))
             lines.append(f"- **{src['label']}** ({Path(src['path']).name}): "
                          f"{_machine_line(src.get('fingerprint') or {}, src.get('settings'))}"
-                         + "".join(f"; {r}" for r in rates))
+                         + "".join(f"; {r}" for r in rates) + (f"; conditions: {cond}" if cond else ""))
         lines.append("")
     elif report.get("fingerprint"):
         lines += [f"Machine: {_machine_line(report['fingerprint'], report.get('settings'))}", ""]
     if _settings_line(report.get("settings") or {}):
         lines += [_settings_line(report["settings"]), ""]
+    if report.get("conditions"):
+        lines += [f"Conditions during the run: {describe(report['conditions'])}.", ""]
     for warning in report.get("warnings", []):
         lines += [f"> **Note:** {warning}", ""]
     cols, body = table_columns(report), iter(table_rows(report))
@@ -445,6 +542,8 @@ def write_markdown(report: dict, path: Path) -> None:
         lines += [f"## Batch {batch}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in next(body)) + " |" for _ in group]
         lines.append("")
+    if report.get("sweeps"):
+        lines += ["## Throughput sweep (--batch auto)", ""] + [f"- {line}" for line in sweep_lines(report)] + [""]
     if report.get("baseline"):
         first, *rest = baseline_lines(report["baseline"])
         lines += ["## Against the baseline", "", first, ""] + [f"- {line}" for line in rest] + ([""] if rest else [])
@@ -453,18 +552,11 @@ def write_markdown(report: dict, path: Path) -> None:
         lines += ["## Ranking (p50, fastest first, within each batch size)", ""]
         lines += [f"- batch {b}: " + " < ".join(names) for b, names in ranking_.items()]
         lines.append("")
-    roof, cuda = report.get("roofline"), report.get("roofline_cuda")
+    roof = roofline_lines(report)
     if roof:
-        lines += [f"Roofline: ONNX Runtime runs one {roof['n']}³ float32 MatMul at {roof['gflops']:.0f} GFLOP/s on "
-                  f"this machine's CPU (median run {roof.get('gflops_median', roof['gflops']):.0f}); "
-                  f"\"of GEMM\" is model GFLOP × images/s divided by the rate of the processor a row ran on.", ""]
-    int8 = report.get("roofline_int8")
-    if int8:
-        lines += [f"int8 roofline: the same MatMul with int8 weights (dynamic quantisation, as `--precision int8`) "
-                  f"runs at {int8['gflops']:.0f} GOP/s; int8 rows are measured against it.", ""]
-    if cuda:
-        lines += [f"GPU roofline: torch.matmul, {cuda['n']}³ {cuda.get('dtype', 'float32')}, reaches "
-                  f"{cuda['gflops']:.0f} GFLOP/s on {cuda.get('device', 'the GPU')}.", ""]
+        lines += ["## Roofline", "", "\"of GEMM\" is model GFLOP × images/s divided by the best rate the row's "
+                  "basis reached in this run's rounds (its processor, at its precision).", ""]
+        lines += [f"- {line}" for line in roof] + [""]
     Path(path).write_text("\n".join(lines).rstrip() + "\n")
 
 
@@ -532,15 +624,61 @@ def write_plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def write_all(report: dict, stem: Path) -> dict[str, str]:
-    """Write JSON, CSV, Markdown and PNG side by side; return their paths."""
+REPORT_SUFFIXES = ("json", "csv", "md", "png")
+
+
+def report_paths(stem: Path) -> dict[str, Path]:
+    return {ext: stem.with_name(f"{stem.name}.{ext}") for ext in REPORT_SUFFIXES}
+
+
+def check_writable(stem: Path, inputs: Iterable[Path] = ()) -> None:
+    """Refuse (exit 2) report files that would replace what vitexport did not write: anything but a
+    regular file, one of this command's own inputs, or a set whose JSON is not a vitexport report."""
+    from .jsonfile import read_json
+
+    paths = report_paths(Path(stem))
+    taken = {ext: p for ext, p in paths.items() if p.exists() or p.is_symlink()}
+    if not taken:
+        return
+    for p in taken.values():
+        if p.is_symlink() or not p.is_file():
+            raise UsageError(f"{p} exists and is not a report file vitexport wrote; give another --out")
+        for given in inputs:
+            if Path(given).exists() and p.samefile(given):
+                raise UsageError(f"{p} is one of the reports given; writing there would replace it: give another --out")
+    owner = paths["json"]
+    try:
+        written = read_json(owner, "report") if owner in taken.values() else None
+    except UsageError:
+        written = None
+    schema = written.get("schema") if isinstance(written, dict) else None
+    if not (isinstance(schema, str) and schema.startswith("vitexport.")):
+        names = ", ".join(str(p) for p in taken.values())
+        raise UsageError(f"{names}: not written by vitexport (no vitexport report {owner.name} beside it); "
+                         "give another --out")
+
+
+def write_all(report: dict, stem: Path, inputs: Iterable[Path] = ()) -> dict[str, str]:
+    """Write JSON, CSV, Markdown and PNG side by side and return their paths. Each is written under a
+    temporary name first and renamed into place only when all four are complete: an interrupted run
+    leaves the previous set (or nothing), never half a file."""
+    import os
+
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = {ext: stem.with_name(f"{stem.name}.{ext}") for ext in ("json", "csv", "md", "png")}
-    write_json(report, paths["json"])
-    write_csv(report, paths["csv"])
-    write_markdown(report, paths["md"])
-    write_plot(report, paths["png"])
+    check_writable(stem, inputs)
+    paths = report_paths(stem)
+    partial = {ext: p.with_name(f".{p.stem}.{os.getpid()}.partial.{ext}") for ext, p in paths.items()}
+    try:
+        write_json(report, partial["json"])
+        write_csv(report, partial["csv"])
+        write_markdown(report, partial["md"])
+        write_plot(report, partial["png"])
+        for ext, p in paths.items():
+            os.replace(partial[ext], p)
+    finally:
+        for p in partial.values():
+            p.unlink(missing_ok=True)
     return {k: str(v) for k, v in paths.items()}
 
 
@@ -579,9 +717,11 @@ def merge(paths: list[Path]) -> dict:
                 else f"{label} [{same.index(i) + 1}]"
     results, sources = [], []
     for path, report, label in zip(paths, reports, labels):
+        from .roofline import REPORT_KEYS
+
         sources.append({"label": label, "path": str(path), "fingerprint": report.get("fingerprint"),
-                        "settings": report.get("settings"), "roofline": report.get("roofline"),
-                        "roofline_int8": report.get("roofline_int8"), "roofline_cuda": report.get("roofline_cuda")})
+                        "settings": report.get("settings"), "conditions": report.get("conditions"),
+                        **{key: report.get(key) for key in REPORT_KEYS.values()}})
         for r in report["results"]:
             # A row from an already merged report keeps the machine it was measured on.
             results.append({**r, "device_label": r.get("device_label") or label,

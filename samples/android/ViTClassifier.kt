@@ -27,9 +27,8 @@ class ViTClassifier(
     private val module: Module = Module.load(modelPath, Module.LOAD_MODE_MMAP, threads)
 
     init {
-        // Load once up front (memory planning, delegate setup); 0 is ExecuTorch's Error::Ok.
-        val error = module.loadMethod("forward")
-        check(error == 0) { "cannot load forward from $modelPath: ExecuTorch error 0x${error.toString(16)}" }
+        // Load once up front (memory planning, delegate setup); throws naming ExecuTorch's error.
+        module.loadMethod("forward")
     }
 
     /** `bitmap` must already have the model's input size (e.g. 224x224): scale and crop it first. */

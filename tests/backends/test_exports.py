@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -109,7 +110,8 @@ def test_sidecar_holds_what_reverification_needs(backend, out_dir, tmp_path):
     assert len(record["source"]["weights_sha256"]) == 64
     assert record["source"]["config"]["depth"] == 1
     assert record["input_names"] == ["pixel_values"] and record["output_names"] == ["logits"]
-    assert record["artifact_sha256"] == sidecar.digest(result["artifact"])
+    artifact = Path(result["artifact"])  # with the files beside it (an IR's .bin) that the digest covers
+    assert record["artifact_sha256"] == sidecar.digest(artifact, [artifact.with_name(n) for n in record["files"]])
     assert record["parity"]["passed"] and "torch" in record["tools"]
     assert api.verify(result["artifact"])["parity"]["passed"]
 

@@ -1,136 +1,157 @@
-"""The Jetson bundle: its files, both trtexec dialects, and infer.py run end to end with the ONNX Runtime
-stand-in (the engine path needs a device with TensorRT)."""
+"""TensorRT deploy packages (`vitexport package ENGINE --target jetson`, `vitexport tensorrt --bundle`):
+both trtexec dialects, the build script picking one, the engine built once per ONNX on the device, and
+the package's check run end to end with the ONNX Runtime stand-in (the engine path needs TensorRT)."""
 
+import importlib.util
 import json
 import os
-import re
-import stat
 import subprocess
 import sys
-import types
-import warnings
+from pathlib import Path
 
-import numpy as np
 import pytest
+from typer.testing import CliRunner
 
-from vitexport.backends.tensorrt.bundle import trtexec_lines, write_bundle
+from vitexport import cli, sidecar
+from vitexport.backends.tensorrt import bundle
+from vitexport.backends.tensorrt.bundle import build_script, trtexec_lines
 from vitexport.backends.tensorrt.options import TensorRTOptions
+from vitexport.errors import UsageError
 
-ALL_FILES = {"model.onnx", "build_engine.sh", "infer.py", "README.md", "bundle.json", "reference_input.npy",
-             "reference_logits.npy"}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
+from device_harness import SPEC, copy_to_device, run_check  # noqa: E402
+
+sys.path.pop(0)
+RUNNER = Path(bundle.__file__).with_name("device") / "runner.py"
 
 
 @pytest.fixture(scope="module")
-def small_vit(tmp_path_factory):
-    """A small torchvision ViT as ONNX (dynamic batch) with PyTorch's logits for a fixed input."""
-    import torch
-    from torchvision.models.vision_transformer import VisionTransformer
+def engine(tmp_path_factory):
+    """An fp16 TensorRT-RTX engine built ahead of time (no GPU), with its Jetson package from --bundle."""
+    pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX wheels not installed")
+    from vitexport import api
 
-    torch.manual_seed(0)
-    model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=64, mlp_dim=128,
-                              num_classes=10).eval()
-    with torch.no_grad():
-        model.heads.head.weight.normal_(0, 0.5)  # torchvision starts the head at zero: logits would all be 0
-    path = tmp_path_factory.mktemp("vit") / "vit.onnx"
-    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer warnings from nn.MultiheadAttention's shape checks
-        torch.onnx.export(model, x[:1], str(path), dynamo=False, opset_version=17, input_names=["pixel_values"],
-                          output_names=["logits"], dynamic_axes={"pixel_values": {0: "batch"}, "logits": {0: "batch"}})
-    with torch.no_grad():
-        logits = model(x).numpy()
-    return types.SimpleNamespace(path=path, x=x.numpy(), logits=logits)
+    out = tmp_path_factory.mktemp("engine")
+    options = TensorRTOptions(builder="rtx", precision="fp16", dynamic_batch=True, max_batch=4,
+                              bundle=str(out / "jetson"))
+    result = api.export("tensorrt", SPEC, options, out)
+    return Path(result["artifact"]), result
 
 
-def bundle(small_vit, folder, **options):
-    calibration = options.pop("calibration", None)
-    opts = TensorRTOptions(min_batch=1, opt_batch=2, max_batch=4, **options)
-    files = write_bundle(folder, small_vit.path, opts, small_vit.x, small_vit.logits, "pixel_values", "logits",
-                         calibration=calibration)
-    return set(files)
-
-
-def infer(folder, *args, cwd=None):
-    # -I: isolated mode, so the script cannot lean on vitexport or the test's paths.
-    return subprocess.run([sys.executable, "-I", str(folder / "infer.py"), *args], cwd=cwd or folder,
-                          capture_output=True, text=True, timeout=120)
-
-
-def test_infer_passes_with_the_onnxruntime_stand_in_and_fails_on_altered_logits(small_vit, tmp_path):
-    folder = tmp_path / "jetson"
-    assert bundle(small_vit, folder) == ALL_FILES
-    run = infer(folder, "--onnx", str(folder / "model.onnx"), cwd=tmp_path)  # from another folder too
+def test_bundle_is_the_engines_jetson_package_and_its_check_runs_with_the_stand_in(engine, tmp_path):
+    path, result = engine
+    folder = Path(result["info"]["bundle"]["folder"])
+    listed = json.loads((folder / "manifest.json").read_text())
+    onnx = sidecar.read(path).info["onnx"]
+    assert {onnx, onnx + ".json", path.with_suffix(".fp16.onnx").name, "build_engine.sh", "check.py",
+            "runner.py", "README.md", "preprocessing.json", "golden/golden.json"} <= set(listed["files"])
+    assert path.name not in listed["files"]  # engines do not move between GPUs: the device builds its own
+    settings = listed["runner"]["settings"]
+    assert settings["batch_range"] == [1, 4] and settings["precision"] == "fp16"
+    assert "--stronglyTyped" in settings["trtexec"]["tensorrt11"] and "--fp16" in settings["trtexec"]["tensorrt10"]
+    assert os.access(folder / "build_engine.sh", os.X_OK) and os.access(folder / "check.py", os.X_OK)
+    device = copy_to_device(folder, tmp_path)
+    run = run_check(device, "--stand-in", "onnxruntime")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "PASS" in run.stdout and "ONNX Runtime CPUExecutionProvider" in run.stdout
-    reference = np.load(folder / "reference_logits.npy")
-    altered = reference.copy()
-    altered[0, 3] += 0.01  # one logit off by more than the fp32 tolerance
-    np.save(folder / "reference_logits.npy", altered)
-    run = infer(folder, "--onnx", "model.onnx")
-    assert run.returncode == 1 and "FAIL" in run.stdout
-    np.save(folder / "reference_logits.npy", reference[:1])  # a shape mismatch fails too
-    run = infer(folder, "--onnx", "model.onnx")
-    assert run.returncode == 1 and "output shape" in run.stdout
+    assert "stand-in for TensorRT" in run.stdout and "random-b4" in run.stdout
+    judged = CliRunner().invoke(cli.app, ["verify", "--device-report", str(device / "device-report.json")])
+    assert judged.exit_code == 0 and "stand-in" in judged.stdout
+    without = run_check(device)  # no TensorRT here: the runtime is missing, nothing is built
+    assert without.returncode == 3 and "TensorRT cannot run here" in without.stderr
+    assert not (device / "model.engine").exists()
 
 
-def test_infer_is_standalone(small_vit, tmp_path):
-    folder = tmp_path / "jetson"
-    bundle(small_vit, folder)
-    script = (folder / "infer.py").read_text()
-    assert "vitexport" not in script and not re.search(r"@[A-Z0-9_]+@", script)  # every placeholder filled
-    assert "INPUT_NAME, OUTPUT_NAME = 'pixel_values', 'logits'" in script
-    assert os.stat(folder / "infer.py").st_mode & stat.S_IXUSR
-    manifest = json.loads((folder / "bundle.json").read_text())
-    assert manifest["batch_range"] == [1, 4] and manifest["input_shape"] == ["batch", 3, 32, 32]
+def test_package_of_an_engine_matches_its_bundle(engine, tmp_path):
+    path, result = engine
+    made = CliRunner().invoke(cli.app, ["package", str(path), "--target", "jetson", "--out", str(tmp_path), "--json"])
+    assert made.exit_code == 0, made.stderr
+    folder = Path(json.loads(made.stdout)["package"])
+    assert folder.name == f"{path.stem}-tensorrt-jetson"
+    bundled = json.loads((Path(result["info"]["bundle"]["folder"]) / "manifest.json").read_text())
+    packaged = json.loads((folder / "manifest.json").read_text())
+    assert packaged["runner"]["settings"]["trtexec"] == bundled["runner"]["settings"]["trtexec"]
+    assert path.name + ".json" in packaged["files"]  # the engine's sidecar records how it was built
+    for target in ("ios", "android", "macos"):
+        refused = CliRunner().invoke(cli.app, ["package", str(path), "-t", target, "--out", str(tmp_path)])
+        assert refused.exit_code == 2 and "NVIDIA GPUs" in refused.stderr
 
 
-def test_fp16_bundle_carries_both_dialects(small_vit, tmp_path):
-    folder = tmp_path / "jetson"
-    files = bundle(small_vit, folder, precision="fp16")
-    assert files == ALL_FILES | {"model.fp16.onnx"}
-    manifest = json.loads((folder / "bundle.json").read_text())
-    weak, strong = manifest["trtexec"]["tensorrt10"], manifest["trtexec"]["tensorrt11"]
-    # TensorRT 8.6/10: precision flags, LayerNorm/Softmax pinned to fp32 by their exact layer names.
-    assert "--fp16" in weak and "--precisionConstraints=obey" in weak and "--onnx=model.onnx" in weak
-    assert "/encoder/layers/encoder_layer_0/ln_1/LayerNormalization:fp32" in weak
-    assert "/encoder/layers/encoder_layer_1/self_attention/Softmax:fp32" in weak
-    assert len(manifest["fp32_layers"]) == 7
-    # TensorRT 11: strongly typed, no precision flags, the fp16 ONNX carries the precision.
-    assert "--stronglyTyped" in strong and "--onnx=model.fp16.onnx" in strong
-    assert "--fp16" not in strong and "--int8" not in strong
-    assert "--minShapes=pixel_values:1x3x32x32" in strong and "--maxShapes=pixel_values:4x3x32x32" in weak
-    readme = (folder / "README.md").read_text()
-    assert "LayerNormalization, Softmax kept in fp32" in readme and "scp -r jetson" in readme
+def test_an_engine_whose_onnx_changed_is_refused(engine, tmp_path):
+    path, _ = engine
+    record = sidecar.read(path)
+    record.info = dict(record.info, onnx_sha256="0" * 64)
+    from vitexport.deploy import TARGETS
+    from vitexport.errors import ParityError
+
+    with pytest.raises(ParityError, match="changed since the engine was built"):
+        bundle.device_check(path, record, TARGETS["jetson"])
+    record.options = dict(record.options, precision="int8", calibration_images=None)
+    record.info = dict(record.info, onnx_sha256=sidecar.read(path).info["onnx_sha256"])
+    with pytest.raises(UsageError, match="int8 package needs"):
+        bundle.device_check(path, record, TARGETS["jetson"])
+
+
+def test_an_int8_package_quantises_from_the_calibration_images(engine, tmp_path):
+    """A weakly typed int8 build (TensorRT 8.6/10) leaves no QDQ ONNX: the package makes one."""
+    from vitexport.backends.onnx.quantize import is_qdq
+    from vitexport.deploy import TARGETS
+
+    path, _ = engine
+    record = sidecar.read(path)
+    images = Path(__file__).resolve().parents[2] / "samples" / "images"
+    record.options = dict(record.options, precision="int8", calibration_images=str(images))
+    check = bundle.device_check(path.with_name("other-int8.engine"), record, TARGETS["jetson"])
+    check.extra(tmp_path)
+    assert is_qdq(tmp_path / "other-int8.int8-qdq.onnx")
+    script = (tmp_path / "build_engine.sh").read_text()
+    assert "--onnx=other-int8.int8-qdq.onnx" in script and "--int8" in script
 
 
 @pytest.mark.parametrize("major,expected", [("10", "--fp16"), ("8", "--fp16"), ("11", "--stronglyTyped")])
-def test_build_script_picks_the_dialect_of_the_installed_tensorrt(small_vit, tmp_path, major, expected):
-    folder = tmp_path / "jetson"
-    bundle(small_vit, folder, precision="fp16")
+def test_build_script_picks_the_dialect_of_the_installed_tensorrt(tmp_path, major, expected):
+    lines = trtexec_lines(TensorRTOptions(precision="fp16", min_batch=1, max_batch=4), "pixel_values",
+                          (1, 3, 32, 32), ["/ln/LayerNormalization"], onnx="m.onnx", typed="m.fp16.onnx")
+    (tmp_path / "build_engine.sh").write_text(build_script(lines))
     fake = tmp_path / "trtexec"
     fake.write_text("#!/usr/bin/env bash\necho \"trtexec $*\"\n")
     fake.chmod(0o755)
-    run = subprocess.run(["bash", str(folder / "build_engine.sh")], capture_output=True, text=True, timeout=60,
+    run = subprocess.run(["bash", str(tmp_path / "build_engine.sh")], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "TRTEXEC": str(fake), "TRT_MAJOR": major})
     assert run.returncode == 0, run.stderr
     command = next(line for line in run.stdout.splitlines() if line.startswith("trtexec "))
     assert expected in command and "--saveEngine=model.engine" in command
-    missing = subprocess.run(["bash", str(folder / "build_engine.sh")], capture_output=True, text=True, timeout=60,
+    assert ("--onnx=m.fp16.onnx" if major == "11" else "--onnx=m.onnx") in command
+    missing = subprocess.run(["bash", str(tmp_path / "build_engine.sh")], capture_output=True, text=True, timeout=60,
                              env={**os.environ, "TRTEXEC": str(tmp_path / "absent"), "TRT_MAJOR": major})
     assert missing.returncode == 2 and "trtexec not found" in missing.stderr
 
 
-def test_int8_bundle_quantises_from_calibration_inputs(small_vit, tmp_path):
-    folder = tmp_path / "jetson"
-    files = bundle(small_vit, folder, precision="int8", calibration=small_vit.x)
-    assert "model.int8-qdq.onnx" in files
-    lines = json.loads((folder / "bundle.json").read_text())["trtexec"]
-    assert "--onnx=model.int8-qdq.onnx" in lines["tensorrt10"] and "--int8" in lines["tensorrt10"]
-    assert "--onnx=model.int8-qdq.onnx" in lines["tensorrt11"] and "--int8" not in lines["tensorrt11"]
-    from vitexport.errors import UsageError
-
-    with pytest.raises(UsageError, match="needs a QDQ ONNX or calibration"):
-        bundle(small_vit, tmp_path / "other", precision="int8")
+def test_the_device_builds_its_engine_once_per_onnx(tmp_path):
+    """runner.py's build step with a fake trtexec: built when missing, reused while the ONNX is the
+    same, rebuilt for another ONNX or on --rebuild; a missing trtexec is a missing runtime."""
+    spec = importlib.util.spec_from_file_location("tensorrt_device_runner", RUNNER)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    count = tmp_path / "builds"
+    fake = tmp_path / "trtexec"
+    fake.write_text(f"#!/usr/bin/env bash\necho x >> '{count}'\nfor a in \"$@\"; do case $a in --saveEngine=*) "
+                    "echo engine > \"${a#--saveEngine=}\";; esac; done\n")
+    fake.chmod(0o755)
+    lines = trtexec_lines(TensorRTOptions(), "pixel_values", (1, 3, 32, 32))
+    (tmp_path / "build_engine.sh").write_text(build_script(lines))
+    settings = {"engine": "model.engine", "build_script": "build_engine.sh", "onnx_sha256": "a" * 64}
+    os.environ["TRTEXEC"], os.environ["TRT_MAJOR"] = str(fake), "10"
+    try:
+        assert runner.ensure_engine(tmp_path, settings, rebuild=False) is not None
+        assert runner.ensure_engine(tmp_path, settings, rebuild=False) is None
+        assert runner.ensure_engine(tmp_path, dict(settings, onnx_sha256="b" * 64), rebuild=False) is not None
+        assert runner.ensure_engine(tmp_path, dict(settings, onnx_sha256="b" * 64), rebuild=True) is not None
+        assert len(count.read_text().split()) == 3
+        os.environ["TRTEXEC"] = str(tmp_path / "absent")
+        with pytest.raises(ImportError, match="trtexec not found"):
+            runner.ensure_engine(tmp_path, settings, rebuild=True)
+    finally:
+        del os.environ["TRTEXEC"], os.environ["TRT_MAJOR"]
 
 
 @pytest.mark.parametrize("options,flags", [
@@ -146,27 +167,14 @@ def test_trtexec_lines_follow_the_options(options, flags):
     assert "--minShapes" not in lines["tensorrt10"]  # a static batch needs no shapes
 
 
-def test_fp32_bundle_keeps_fp32_exact():
+def test_fp32_lines_keep_fp32_exact_and_int8_lines_build_from_the_qdq_onnx():
     lines = trtexec_lines(TensorRTOptions(min_batch=1, opt_batch=4, max_batch=8, batch_buckets=(4, 8)),
                           "pixel_values", (1, 3, 224, 224))
     assert "--noTF32" in lines["tensorrt10"] and "--fp16" not in lines["tensorrt10"]
-    # trtexec builds one profile: the bundle spans the buckets' whole range.
+    # trtexec builds one profile: the package spans the buckets' whole range.
     assert "--minShapes=pixel_values:1x3x224x224" in lines["tensorrt11"]
     assert "--maxShapes=pixel_values:8x3x224x224" in lines["tensorrt11"]
-
-
-def test_bundle_through_export(out_dir, tmp_path):
-    """`vitexport tensorrt --bundle`: the bundle holds the project's verified ONNX and PyTorch's logits."""
-    pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX wheels not installed")
-    from vitexport import api
-    from vitexport.sources import SourceSpec
-
-    folder = tmp_path / "jetson"
-    options = TensorRTOptions(dynamic_batch=True, builder="rtx", precision="fp16", min_batch=1, opt_batch=2,
-                              max_batch=4, bundle=str(folder))
-    result = api.export("tensorrt", SourceSpec("tiny", overrides={"depth": 2}), options, out_dir)
-    assert result["info"]["bundle"]["folder"] == str(folder.resolve())
-    assert ALL_FILES | {"model.fp16.onnx"} <= {p.name for p in folder.iterdir()}
-    assert "--minShapes=pixel_values:1x3x224x224" in (folder / "build_engine.sh").read_text()
-    run = infer(folder, "--onnx", "model.onnx")
-    assert run.returncode == 0 and "PASS" in run.stdout
+    int8 = trtexec_lines(TensorRTOptions(precision="int8", calibration_images="x"), "pixel_values", (1, 3, 224, 224),
+                         typed="m.int8-qdq.onnx")
+    assert "--onnx=m.int8-qdq.onnx" in int8["tensorrt10"] and "--int8" in int8["tensorrt10"]
+    assert "--onnx=m.int8-qdq.onnx" in int8["tensorrt11"] and "--int8" not in int8["tensorrt11"]

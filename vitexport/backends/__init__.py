@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     "coreml": "vitexport.backends.coreml",
     "tensorrt": "vitexport.backends.tensorrt",
     "executorch": "vitexport.backends.executorch",
+    "openvino": "vitexport.backends.openvino",
 }
 
 

@@ -15,7 +15,7 @@ import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from ..errors import UsageError
 from ..options import check_fields, option
@@ -88,7 +88,7 @@ class RunOptions:
     """How to run an artifact (verification or a benchmark): what the caller may choose at run time."""
 
     threads: int | None = None
-    providers: tuple[str, ...] = ()  # ONNX Runtime execution providers, first preferred
+    providers: tuple[str, ...] = ()  # execution providers (ONNX Runtime) or devices (OpenVINO), first preferred
     allow_fallback: bool = True  # accept the provider a runtime falls back to (recorded either way)
     device: str = "cpu"  # torch device for the eager runner
     compute_units: str = "ALL"  # Core ML on macOS
@@ -102,6 +102,68 @@ class BenchTarget:
     backend: str  # the backend that runs it
     run: RunOptions = RunOptions()
     needs_artifact: bool = True  # False: runs the source model itself (torch)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One variant `vitexport optimize` builds, verifies and times: its label in the table, the
+    options it is exported with, and the bench target that times it (the runtime it will run in)."""
+
+    label: str  # "int8-static"; unique among every backend's candidates
+    options: ExportOptions
+    timer: str  # a bench target's name: "onnxruntime", "openvino", ...
+
+
+@dataclass(frozen=True)
+class DeviceTarget:
+    """Where a deploy package goes (`vitexport package --target NAME`) and what its check is written in:
+    "python" (check.py), "swift" (an XCTest) or "kotlin" (an Android instrumented test)."""
+
+    name: str  # "linux", "jetson", "macos", "ios", "android"
+    language: str
+    device: str  # in words, for messages and READMEs: "an iPhone or iPad"
+
+
+@dataclass(frozen=True)
+class DeviceCheck:
+    """How a deploy package's check runs this backend's artifact on a device of one target.
+
+    The target's check program (vitexport/deploy/device/) verifies every file against the package's
+    manifest, feeds the golden inputs and writes the report; it calls `runner`, which this backend
+    provides as the text of one source file, written for the device (it runs where vitexport is not
+    installed):
+
+    - python (linux, jetson, macos): a module that imports only the standard library and numpy at
+      the top (its runtime inside functions) and defines `open_runner(folder, settings, args)`
+      returning an object with `facts` (dict: "runtime", "provider", "compute_units", ...) and
+      `run(x) -> list of arrays` (the outputs in the package's order), optionally `close()`; it may
+      define `add_arguments(parser)` for options of its own (`--provider`, `--compute-units`).
+      An ImportError from `open_runner` means the runtime (or a provider asked for) is not available
+      there: the check exits 3.
+    - swift (ios): defines `makeRunner(package:settings:computeUnits:) async throws -> ArtifactRunner`.
+    - kotlin (android): defines `fun makeRunner(packageDir: File, settings: JSONObject): ArtifactRunner`.
+
+    `settings` is what the runner reads from manifest.json (`runner.settings`): file names, input
+    dtype, anything the backend recorded that running needs. `files` are what the package carries for
+    it (None: the artifact, its files and its sidecar); `extra`, when given, writes more files the
+    device needs into the package folder (a build script, a typed ONNX) while it is staged."""
+
+    runner: str  # source text
+    runner_name: str  # its file name in the package: "runner.py", "CoreMLRunner.swift"
+    runtime: str  # what runs the artifact on the device, in words: "ONNX Runtime", "Core ML"
+    install: str  # what the device needs for it, in words for the README
+    settings: dict[str, Any] = field(default_factory=dict)
+    files: tuple[Path, ...] | None = None
+    extra: Callable[[Path], None] | None = None
+    notes: tuple[str, ...] = ()  # sentences for the README: how the check runs there, what differs
+
+
+def device_source(package: str, name: str) -> str:
+    """The text of `device/NAME` inside a backend's package: the runner a deploy package carries
+    (data, not imported here; pyproject.toml ships every package's device/ folder)."""
+    from importlib import resources
+
+    return resources.files(package).joinpath("device", name).read_text(encoding="utf-8")
 
 
 def output_names(loaded: "LoadedModel", options: ExportOptions) -> list[str]:
@@ -241,10 +303,12 @@ class Backend(ABC):
         """Where a divergence starts (first encoder block out of tolerance); None where it cannot tell."""
         return None
 
-    def candidates(self, target: str, calibration_images: str | None) -> list[tuple[str, ExportOptions]]:
+    def candidates(self, target: str, calibration_images: str | None) -> list[Candidate]:
         """The variants `vitexport optimize` builds, verifies and times for `target` ("cpu", "cuda"),
-        by label; the fastest that passes is published."""
-        return [("default", self.Options(dynamic_batch=True))]
+        each with the bench target that times it. optimize gathers every backend's candidates, so
+        runtimes compete; the fastest that passes is published. None by default: a backend offers
+        the variants worth deploying on that target."""
+        return []
 
     def bench_options(self, batches: list[int]) -> ExportOptions:
         """Options of the artifact `vitexport bench` exports to time this backend at `batches`."""
@@ -269,3 +333,12 @@ class Backend(ABC):
     def files(self, path: Path, record: "ArtifactRecord") -> list[Path]:
         """Every file the artifact consists of beside `path` itself (external weights, ...)."""
         return []
+
+    def device_check(self, path: Path, record: "ArtifactRecord", target: DeviceTarget) -> DeviceCheck:
+        """How a deploy package checks this artifact on `target`'s device (see DeviceCheck); raise
+        UsageError saying why when it cannot go there (a Core ML package on Android)."""
+        raise UsageError(f"{self.name} artifacts have no on-device check yet, so they cannot be packaged")
+
+    def labels(self, path: Path, record: "ArtifactRecord") -> list[str] | None:
+        """Class names the artifact carries (Core ML metadata), for a deploy package; None if none."""
+        return None

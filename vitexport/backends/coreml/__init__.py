@@ -13,7 +13,8 @@ import platform
 from pathlib import Path
 
 from ...parity import Tolerance
-from ..base import Artifact, Availability, Backend, BenchTarget, Diagnosis, RunOptions, output_names
+from ..base import (Artifact, Availability, Backend, BenchTarget, DeviceCheck, DeviceTarget, Diagnosis, RunOptions,
+                    device_source, output_names)
 from .options import CoreMLOptions
 
 
@@ -109,6 +110,46 @@ class CoreMLBackend(Backend):
 
     def roofline_basis(self, provider: str | None) -> str | None:
         return None  # the Neural Engine and GPU have no rate measured here
+
+    def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
+        """Core ML itself, with the compute units chosen at run time: coremltools' predict on a Mac, an
+        XCTest (MLModel with MLModelConfiguration.computeUnits) on an iPhone."""
+        from ...errors import UsageError
+
+        if target.name not in ("macos", "ios"):
+            raise UsageError(f"a Core ML package runs on Apple devices, not {target.device}: choose --target ios or "
+                             "macos (or export ONNX or ExecuTorch for it)")
+        pre = record.source.preprocessing
+        settings = {"file": path.name, "input_name": record.input_names[0], "output_names": list(record.output_names),
+                    "image_input": bool(record.info.get("image_input")), "mean": pre.get("mean"), "std": pre.get("std")}
+        notes = ("The Neural Engine computes in fp16: an fp32 package run there (cpu_and_ne, or all when Core ML "
+                 "picks it) is judged against fp32's tolerance unless you pass `--atol 0.05 --rtol 0.05` to "
+                 "`vitexport verify --device-report`, or export with --precision fp16.",)
+        if target.name == "macos":
+            return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py",
+                               runtime="Core ML", settings=settings,
+                               install="`pip install coremltools numpy` (Pillow too for an --image-input package); "
+                                       "macOS 13 or newer for --compute-units cpu_and_ne",
+                               notes=("`python3 check.py --compute-units cpu_and_ne` (cpu_only, cpu_and_gpu, all) "
+                                      "chooses what Core ML may run on; the report records it.", *notes))
+        return DeviceCheck(runner=device_source(__name__, "CoreMLRunner.swift"), runner_name="CoreMLRunner.swift",
+                           runtime="Core ML", settings=settings,
+                           install="Nothing to link: Core ML is part of iOS (iOS 16 or newer, for the compute-unit "
+                                   "settings and on-device compilation).",
+                           notes=notes)
+
+    def labels(self, path: Path, record) -> list[str] | None:
+        """The class names `--labels` stored in the package's metadata."""
+        if not record.info.get("labels"):
+            return None
+        import json
+
+        from .convert import import_coremltools
+
+        ct = import_coremltools()
+        meta = ct.models.MLModel(str(path), skip_model_load=True).user_defined_metadata
+        names = json.loads(meta.get("com.vitexport.labels", "null"))
+        return [str(n) for n in names] if isinstance(names, list) else None
 
 
 def core_ml_predicts() -> Availability:

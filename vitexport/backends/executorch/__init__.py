@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..base import Artifact, Availability, Backend, BenchTarget, RunOptions, output_names
+from ..base import (Artifact, Availability, Backend, BenchTarget, DeviceCheck, DeviceTarget, RunOptions, device_source,
+                    output_names)
 from .options import ExecuTorchOptions
 
 class ExecuTorchBackend(Backend):
@@ -86,6 +87,49 @@ class ExecuTorchBackend(Backend):
 
     def roofline_basis(self, provider: str | None) -> str | None:
         return "cpu" if provider in ("executorch-xnnpack", "executorch-portable") else None
+
+    def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
+        """ExecuTorch's runtime: its Python bindings (linux, jetson, macos), its Swift API (an XCTest) or its
+        Android API (an instrumented test)."""
+        from ...errors import UsageError
+
+        delegate = record.info.get("delegate", "xnnpack")
+        dtype = record.info.get("input_dtype", "float32")
+        if delegate == "coreml" and target.name not in ("ios", "macos"):
+            raise UsageError(f"a program delegated to Core ML runs on Apple devices, not {target.device}: choose "
+                             "--target ios or macos (or export with --delegate xnnpack)")
+        if target.language != "python" and dtype != "float32":
+            raise UsageError(f"this program takes {dtype} input and the {target.name} check feeds float32: package "
+                             "an fp32 or int8 program (or the Core ML delegate's fp16, which takes float32)")
+        version = record.tools.get("executorch", "<version>")
+        settings = {"file": path.name, "delegate": delegate, "input_dtype": dtype,
+                    "output_names": list(record.output_names)}
+        if target.language == "python":
+            return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py",
+                               runtime="ExecuTorch", settings=settings,
+                               install=f"ExecuTorch's Python runtime, the release that wrote the program: `pip install "
+                                       f"executorch=={version} numpy` (it brings torch; its Core ML backend is in the "
+                                       "macOS wheels)")
+        kernels = "kernels_optimized" + (", kernels_quantized" if record.precision == "int8" else "")
+        if target.name == "ios":
+            backend = "backend_coreml" if delegate == "coreml" else "backend_xnnpack" if delegate == "xnnpack" else ""
+            link = ", ".join(x for x in ("executorch", backend, kernels) if x)
+            notes = ("The compute-unit tests set the Core ML delegate's compute_unit at load time (ExecuTorch 1.4 or "
+                     "newer); for an XNNPACK or portable program they all run the same CPU code.",)
+            return DeviceCheck(runner=device_source(__name__, "ExecuTorchRunner.swift"),
+                               runner_name="ExecuTorchRunner.swift", runtime="ExecuTorch", settings=settings,
+                               install=f"Link ExecuTorch {version} with Swift Package Manager "
+                                       f"(https://github.com/pytorch/executorch, branch swiftpm-{version}) into the "
+                                       f"test target: {link}; add `-all_load` to its Other Linker Flags (backends "
+                                       "and kernels register themselves at startup).",
+                               notes=notes)
+        return DeviceCheck(runner=device_source(__name__, "ExecuTorchRunner.kt"), runner_name="ExecuTorchRunner.kt",
+                           runtime="ExecuTorch", settings=settings,
+                           install=f"In the app module's build.gradle.kts: `androidTestImplementation(\"org.pytorch:"
+                                   f"executorch-android:{version}\")`, `androidTestImplementation(\"androidx.test.ext:"
+                                   "junit:1.2.1\")`, `androidTestImplementation(\"androidx.test:runner:1.6.2\")`, and "
+                                   "`testInstrumentationRunner = \"androidx.test.runner.AndroidJUnitRunner\"` in "
+                                   "defaultConfig.")
 
 
 def _available(load) -> Availability:

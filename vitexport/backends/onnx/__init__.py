@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..base import Artifact, Availability, Backend, BenchTarget, Diagnosis, RunOptions, output_names
+from ..base import (Artifact, Availability, Backend, BenchTarget, Candidate, DeviceCheck, DeviceTarget, Diagnosis,
+                    RunOptions, device_source, output_names)
 from .options import OnnxOptions
 
 
@@ -71,6 +72,25 @@ class OnnxBackend(Backend):
         data = record.info.get("external_data")
         return [Path(path).with_name(data)] if data else []
 
+    def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
+        """ONNX Runtime in Python, on the device's best provider (--provider picks one)."""
+        from ...errors import UsageError
+
+        if target.language != "python":
+            raise UsageError(f"an ONNX model has no check for {target.device} here: package a Core ML package or "
+                             "an ExecuTorch program for phones (vitexport coreml / executorch)")
+        install = {"jetson": "numpy and an onnxruntime wheel for JetPack (NVIDIA's onnxruntime-gpu build runs on "
+                             "the GPU; `pip install onnxruntime` runs on the CPU)",
+                   "macos": "`pip install onnxruntime numpy` (--provider CoreMLExecutionProvider tries Core ML)"}
+        return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py",
+                           runtime="ONNX Runtime",
+                           install=install.get(target.name, "`pip install onnxruntime numpy` (onnxruntime-gpu for an "
+                                                            "NVIDIA GPU)"),
+                           settings={"file": path.name, "input_name": record.input_names[0],
+                                     "output_names": list(record.output_names)},
+                           notes=("`python3 check.py --provider CUDAExecutionProvider` (or TensorrtExecutionProvider, "
+                                  "CoreMLExecutionProvider) checks on that provider; the report says which ran.",))
+
     def lint(self, path: Path, record):
         from .lint import lint_onnx
 
@@ -81,9 +101,12 @@ class OnnxBackend(Backend):
 
         return localize_onnx(loaded, path, x, record.input_names[0], tol)
 
-    def candidates(self, target: str, calibration_images: str | None) -> list[tuple[str, OnnxOptions]]:
+    def candidates(self, target: str, calibration_images: str | None) -> list[Candidate]:
         """fp32, fp32 slimmed, int8 dynamic, int8 static (with images to calibrate on), and fp16 where
         the target has fp16 kernels (a GPU; ONNX Runtime's CPU runs fp16 graphs through casts, slower)."""
+        timer = {"cpu": "onnxruntime", "cuda": "onnxruntime-cuda"}.get(target)
+        if timer is None:
+            return []
         base = {"dynamic_batch": True}
         found = [("fp32", OnnxOptions(**base)), ("fp32-slim", OnnxOptions(**base, optimize="slim")),
                  ("int8-dynamic", OnnxOptions(**base, precision="int8"))]
@@ -92,7 +115,7 @@ class OnnxBackend(Backend):
                                                      calibration_images=calibration_images)))
         if target == "cuda":
             found.append(("fp16", OnnxOptions(**base, precision="fp16")))
-        return found
+        return [Candidate(label, options, timer) for label, options in found]
 
     def refine(self, loaded, options: OnnxOptions, path: Path, record):
         """int8 that failed its check: keep the encoder block that adds the most error in float."""

@@ -144,7 +144,12 @@ def block_outputs(loaded, artifact: Path, x: np.ndarray, input_name: str):
 
 def localize_onnx(loaded, artifact: Path, x: np.ndarray, input_name: str, tol: Tolerance) -> Divergence:
     """Compare block outputs; return the first block that leaves tolerance, with per-block numbers."""
-    found = block_outputs(loaded, artifact, x, input_name)
+    return divergence(block_outputs(loaded, artifact, x, input_name), tol)
+
+
+def divergence(found, tol: Tolerance) -> Divergence:
+    """The first block whose output leaves tolerance, from ({block: artifact output}, {block: PyTorch
+    output}) in block order (any runtime's), or from a string saying why they could not be read."""
     if isinstance(found, str):
         return Divergence(None, found)
     values, reference = found
@@ -163,7 +168,11 @@ def localize_onnx(loaded, artifact: Path, x: np.ndarray, input_name: str, tol: T
 def sensitive_blocks(loaded, artifact: Path, x: np.ndarray, input_name: str) -> list[tuple[str, float]] | str:
     """The stem and the blocks by how much error each adds (its output's relative error minus that of
     what it reads), most first: where keeping float buys the most accuracy."""
-    found = block_outputs(loaded, artifact, x, input_name)
+    return by_added_error(block_outputs(loaded, artifact, x, input_name))
+
+
+def by_added_error(found) -> list[tuple[str, float]] | str:
+    """`sensitive_blocks` from block outputs read by any runtime (see `divergence`)."""
     if isinstance(found, str):
         return found
     values, reference = found

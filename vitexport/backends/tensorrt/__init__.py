@@ -6,7 +6,7 @@ ahead of time with no GPU); running and checking an engine needs an NVIDIA GPU.
 generations: one face for TensorRT 8.6/10/11 and TensorRT-RTX. options: build options and their
 rules. build: the engine and its facts. iocheck: the engine keeps its ONNX's contract. runner:
 running an engine on a GPU. calibrator: int8 calibration. layers: the engine inspector's report.
-bundle: the Jetson folder.
+bundle: what its deploy package carries to the device.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...errors import BackendUnavailable
-from ..base import Artifact, Availability, Backend, Diagnosis, RunOptions, Upstream, output_names
+from ..base import Artifact, Availability, Backend, DeviceCheck, DeviceTarget, Diagnosis, RunOptions, Upstream
 from .options import TensorRTOptions
 
 
@@ -90,7 +90,7 @@ class TensorRTBackend(Backend):
         info["onnx_source"] = upstream.note
         info["io_matches_onnx"] = io_matches(onnx_path, info["io"])
         if options.bundle:
-            info["bundle"] = self._bundle(Path(options.bundle), loaded, options, onnx_path, out_path, calibration)
+            info["bundle"] = self._bundle(Path(options.bundle), loaded, options, upstream, out_path, info)
         return Artifact(out_path, self.name, precision=options.precision, input_names=[options.input_name],
                         output_names=upstream.record.output_names, dynamic_batch=options.dynamic, info=info)
 
@@ -100,21 +100,30 @@ class TensorRTBackend(Backend):
 
         return load_images(options.calibration_images, loaded.preprocessing, loaded.input_shape)[0]
 
-    @staticmethod
-    def _bundle(folder: Path, loaded, options: TensorRTOptions, onnx_path: Path, out_path: Path, calibration) -> dict:
-        from ...inputs import random_pixels
-        from ..eager import EagerRunner
-        from .bundle import write_bundle
+    def _bundle(self, folder: Path, loaded, options: TensorRTOptions, upstream: Upstream, out_path: Path,
+                info: dict) -> dict:
+        """`--bundle DIR`: the engine's Jetson package, written to DIR while the engine is exported
+        (what `vitexport package ENGINE --target jetson` writes afterwards)."""
+        from ...deploy import TARGETS
+        from ...deploy.build import write_package
+        from ...progress import current
+        from ...sidecar import ArtifactRecord
 
-        pre = loaded.preprocessing
-        x = random_pixels((options.profile_opt, *loaded.input_shape[1:]), 7, pre.get("mean"), pre.get("std"))
-        first = output_names(loaded, options)[0]  # the bundle's check compares the first output
-        with EagerRunner(loaded.model, options.input_name, first) as reference:
-            logits = reference.run({options.input_name: x})[first]
-        files = write_bundle(folder, onnx_path, options, x, logits, options.input_name, first,
-                             fp16_onnx=out_path.with_suffix(".fp16.onnx"),
-                             qdq_onnx=out_path.with_suffix(".int8-qdq.onnx"), calibration=calibration)
-        return {"folder": str(folder.resolve()), "files": files}
+        shape = list(loaded.input_shape)
+        record = ArtifactRecord(
+            backend=self.name, artifact=out_path.name, source=loaded.describe(), seed=loaded.spec.seed,
+            precision=options.precision, input_names=[options.input_name], output_names=upstream.record.output_names,
+            input_shape=["batch", *shape[1:]] if options.dynamic else shape, dynamic_batch=options.dynamic,
+            options=options.to_dict(), info=info, status="not-checked-here",
+            upstream={"artifact": upstream.path.name, "sha256": upstream.record.artifact_sha256})
+        result = write_package(folder, self, out_path, record, loaded, TARGETS["jetson"], progress=current())
+        return {"folder": result["package"], "files": result["files"], "manifest_sha256": result["manifest_sha256"]}
+
+    def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
+        """Build the engine on the device from the verified ONNX (it does not move between GPUs), then run it."""
+        from .bundle import device_check
+
+        return device_check(path, record, target)
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
         from .runner import TensorRTRunner

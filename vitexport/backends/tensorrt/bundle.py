@@ -1,23 +1,29 @@
-"""A folder to copy to a Jetson: the ONNX, a build script, a checking inference script, references.
+"""What a TensorRT deploy package (`vitexport package ENGINE --target jetson`, or `vitexport tensorrt
+--bundle DIR`) carries to the device: the verified ONNX the engine was built from (with its typed
+variant for fp16 and int8), a build script with the trtexec command for the engine's options in both
+dialects, and the settings its runner reads.
 
 Engines are built on the device itself (they do not move between GPUs or TensorRT versions), so the
-bundle carries what the build needs and a script that proves the engine against saved PyTorch logits.
+package's check builds one from the ONNX first and proves that engine against PyTorch's outputs.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
-import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from ...errors import ParityError, UsageError
+from ..base import DeviceCheck, DeviceTarget, device_source
 from . import bundle_templates as templates
-from ...environment import atomic_path, write_atomic
 from .options import TensorRTOptions
 
+if TYPE_CHECKING:
+    from ...sidecar import ArtifactRecord
+
 TRTEXEC_HARDWARE = {"ampere_plus": "ampere+", "same_compute_capability": "sameComputeCapability"}
+ENGINE = "model.engine"  # what the device builds, beside the package's files
+BUILD_SCRIPT = "build_engine.sh"
 
 
 def fp32_node_names(onnx_path: Path, options: TensorRTOptions) -> list[str]:
@@ -31,18 +37,19 @@ def fp32_node_names(onnx_path: Path, options: TensorRTOptions) -> list[str]:
 
 
 def trtexec_lines(options: TensorRTOptions, input_name: str, shape: tuple[int, ...],
-                  fp32_layers: list[str] | None = None) -> dict[str, str]:
-    """The trtexec command in both dialects.
+                  fp32_layers: list[str] | None = None, *, onnx: str = "model.onnx", typed: str | None = None,
+                  engine: str = ENGINE) -> dict[str, str]:
+    """The trtexec command in both dialects, building `engine` from the ONNX named `onnx` (and, for
+    fp16 and int8, its typed variant `typed`: default model.fp16.onnx, model.int8-qdq.onnx).
 
     tensorrt10 (TensorRT 8.6 and 10, JetPack 5/6): precision flags on the fp32 ONNX, fragile layers
     pinned to fp32 by name; int8 from the QDQ ONNX (explicit quantisation, no calibration cache).
-    tensorrt11: strongly typed, no precision flags; the ONNX carries the precision (model.fp16.onnx,
-    model.int8-qdq.onnx).
+    tensorrt11: strongly typed, no precision flags; the typed ONNX carries the precision.
     """
     chw = "x".join(str(d) for d in shape[1:])
     profiles = options.profiles()
     low, high = profiles[0][0], profiles[-1][2]
-    common = ["--saveEngine=model.engine", f"--memPoolSize=workspace:{options.workspace_mb}M"]
+    common = [f"--saveEngine={engine}", f"--memPoolSize=workspace:{options.workspace_mb}M"]
     if options.dynamic:  # trtexec builds one profile: the whole batch range
         opt = min(max(options.profile_opt, low), high)
         common += [f"--minShapes={input_name}:{low}x{chw}", f"--optShapes={input_name}:{opt}x{chw}",
@@ -58,98 +65,119 @@ def trtexec_lines(options: TensorRTOptions, input_name: str, shape: tuple[int, .
     if options.timing_cache:
         common.append("--timingCacheFile=timing.cache")
     if options.precision == "fp16":
-        weak = ["--onnx=model.onnx", *common, "--fp16"]
+        weak = [f"--onnx={onnx}", *common, "--fp16"]
         if fp32_layers:
             weak += ["--precisionConstraints=obey", "--layerPrecisions=" + ",".join(f"{n}:fp32" for n in fp32_layers)]
-        strong = ["--onnx=model.fp16.onnx", *common, "--stronglyTyped"]
+        strong = [f"--onnx={typed or 'model.fp16.onnx'}", *common, "--stronglyTyped"]
     elif options.precision == "int8":
-        weak = ["--onnx=model.int8-qdq.onnx", *common, "--int8", "--fp16"]
-        strong = ["--onnx=model.int8-qdq.onnx", *common, "--stronglyTyped"]
+        qdq = typed or "model.int8-qdq.onnx"
+        weak = [f"--onnx={qdq}", *common, "--int8", "--fp16"]
+        strong = [f"--onnx={qdq}", *common, "--stronglyTyped"]
     else:
-        weak = ["--onnx=model.onnx", *common, "--noTF32"]  # fp32 means fp32, not TF32 matmuls
-        strong = ["--onnx=model.onnx", *common, "--stronglyTyped"]
+        weak = [f"--onnx={onnx}", *common, "--noTF32"]  # fp32 means fp32, not TF32 matmuls
+        strong = [f"--onnx={onnx}", *common, "--stronglyTyped"]
     return {"tensorrt10": " ".join(['"$TRTEXEC"', *map(shlex.quote, weak)]),
             "tensorrt11": " ".join(['"$TRTEXEC"', *map(shlex.quote, strong)])}
 
 
-def write_bundle(folder: Path, onnx_path: Path, options: TensorRTOptions, reference_inputs: np.ndarray,
-                 reference_logits: np.ndarray, input_name: str, output_name: str, *, atol: float | None = None,
-                 rtol: float | None = None, fp16_onnx: Path | None = None, qdq_onnx: Path | None = None,
-                 calibration: np.ndarray | None = None) -> list[str]:
-    """Write the bundle into `folder`; return the names of its files.
+def build_script(lines: dict[str, str]) -> str:
+    return templates.BUILD_ENGINE_SH.replace("@TENSORRT10@", lines["tensorrt10"]).replace(
+        "@TENSORRT11@", lines["tensorrt11"])
 
-    fp16 bundles carry model.fp16.onnx (made here unless `fp16_onnx` is given); int8 bundles carry
-    model.int8-qdq.onnx (`qdq_onnx`, or quantised here from `calibration`).
-    """
-    from ...errors import UsageError
-    from ...parity import tolerance_for
 
-    folder, onnx_path = Path(folder), Path(onnx_path)
-    tol = tolerance_for(options.precision, atol, rtol)
-    folder.mkdir(parents=True, exist_ok=True)
-    _copy(onnx_path, folder / "model.onnx")
+def options_of(record: "ArtifactRecord") -> TensorRTOptions:
+    """The engine's build options as its sidecar recorded them (lists back to tuples)."""
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(TensorRTOptions)}
+    return TensorRTOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in record.options.items()
+                              if k in known})
+
+
+def device_check(path: Path, record: "ArtifactRecord", target: DeviceTarget) -> DeviceCheck:
+    """The package's check for an engine: build it on the device from the ONNX, then run it."""
+    from ... import sidecar
+    from ...environment import sha256_file
+    from ..onnx import BACKEND as ONNX
+    from .runner import onnx_source
+
+    if target.name not in ("jetson", "linux"):
+        raise UsageError(f"TensorRT engines are built and run on NVIDIA GPUs, not {target.device}: choose --target "
+                         "jetson or linux")
+    options = options_of(record)
+    onnx = Path(onnx_source(path, record.info))
+    if not onnx.is_file() or not sidecar.path_for(onnx).is_file():
+        raise UsageError(f"the ONNX {onnx.name} this engine was built from, or its sidecar, is not beside it: the "
+                         "device builds its engine from that ONNX")
+    if record.info.get("onnx_sha256") and sha256_file(onnx) != record.info["onnx_sha256"]:
+        raise ParityError(f"{onnx.name} changed since the engine was built from it (its sha256 differs from the "
+                          "engine's sidecar); export the engine again")
+    onnx_record = sidecar.read(onnx)
+    files = [onnx, *ONNX.files(onnx, onnx_record), sidecar.path_for(onnx)]
+    if sidecar.path_for(path).is_file():  # absent while the engine itself is being exported (--bundle)
+        files.append(sidecar.path_for(path))
+    typed = _typed(path, options)
+    if typed is not None and typed.is_file():
+        files.append(typed)
+    elif options.precision == "int8" and not (options.calibration_images and Path(options.calibration_images).is_dir()):
+        raise UsageError(f"an int8 package needs {typed.name} beside the engine, or the engine's --calibration-images "
+                         f"({options.calibration_images}) to quantise one")
+    input_name = record.input_names[0]
+    shape = tuple(record.source.input_shape)
+    layers = fp32_node_names(onnx, options) if options.precision == "fp16" else []
+    lines = trtexec_lines(options, input_name, shape, layers, onnx=onnx.name,
+                          typed=typed.name if typed is not None else None)
+
+    def extra(folder: Path) -> None:
+        """The build script, and the typed ONNX when the engine's own build did not leave one."""
+        (folder / BUILD_SCRIPT).write_text(build_script(lines))
+        if typed is not None and not (folder / typed.name).exists():
+            _make_typed(onnx, folder / typed.name, options, record)
+
+    profiles = options.profiles()
+    settings = {"onnx": onnx.name, "engine": ENGINE, "build_script": BUILD_SCRIPT, "onnx_sha256": sha256_file(onnx),
+                "input_name": input_name, "output_names": list(record.output_names), "precision": options.precision,
+                "batch_range": [profiles[0][0], profiles[-1][2]], "fp32_layers": layers, "trtexec": lines}
+    return DeviceCheck(
+        runner=device_source(__package__, "runner.py"), runner_name="runner.py", runtime="TensorRT",
+        install="TensorRT's Python bindings and trtexec (JetPack: python3-libnvinfer and "
+                "/usr/src/tensorrt/bin/trtexec) and a CUDA build of torch for the device buffers (NVIDIA's wheel for "
+                "JetPack)",
+        files=tuple(files), extra=extra, settings=settings,
+        notes=(f"The check builds `{ENGINE}` on the device first with `./{BUILD_SCRIPT}`, which finds trtexec "
+               "(TRTEXEC=/path/to/trtexec to choose one) and picks the command for the installed TensorRT: 8.6 / 10 "
+               "(JetPack 5 / 6) take precision flags, TensorRT 11 builds strongly typed networks from the typed "
+               "ONNX. Both commands are in manifest.json (runner.settings.trtexec); `--rebuild` builds again.",
+               f"Precision: {_precision_note(options)}; batch {profiles[0][0]}..{profiles[-1][2]}.",
+               f"`python3 check.py --stand-in onnxruntime` runs {onnx.name} in ONNX Runtime instead, where "
+               "TensorRT is not installed: it proves the package and its golden data, not the engine (the report "
+               "says stand-in)."))
+
+
+def _typed(path: Path, options: TensorRTOptions) -> Path | None:
+    """The typed ONNX a strongly typed build uses, beside the engine: fp16 or QDQ int8; None for fp32."""
+    suffix = {"fp16": ".fp16.onnx", "int8": ".int8-qdq.onnx"}.get(options.precision)
+    return Path(path).with_suffix(suffix) if suffix else None
+
+
+def _make_typed(onnx: Path, target: Path, options: TensorRTOptions, record: "ArtifactRecord") -> None:
+    """Make the typed ONNX the engine's build did not leave (a weakly typed TensorRT 8.6/10 build)."""
     if options.precision == "fp16":
-        if fp16_onnx is not None and Path(fp16_onnx).exists():
-            _copy(Path(fp16_onnx), folder / "model.fp16.onnx")
-        else:
-            from ..onnx.fp16 import convert_file
+        from ..onnx.fp16 import convert_file
 
-            with atomic_path(folder / "model.fp16.onnx") as tmp:
-                convert_file(onnx_path, tmp, options.keeps_fp32)
-    if options.precision == "int8":
-        if qdq_onnx is not None and Path(qdq_onnx).exists():
-            _copy(Path(qdq_onnx), folder / "model.int8-qdq.onnx")
-        elif calibration is not None:
-            from ..onnx.quantize import to_qdq_int8
-
-            with atomic_path(folder / "model.int8-qdq.onnx") as tmp:
-                to_qdq_int8(onnx_path, tmp, input_name, calibration, options.keeps_fp32)
-        else:
-            raise UsageError("an int8 bundle needs a QDQ ONNX or calibration inputs to make one")
-    with atomic_path(folder / "reference_input.npy") as tmp:
-        with open(tmp, "wb") as f:
-            np.save(f, np.ascontiguousarray(reference_inputs, dtype=np.float32))
-    with atomic_path(folder / "reference_logits.npy") as tmp:
-        with open(tmp, "wb") as f:
-            np.save(f, np.asarray(reference_logits, dtype=np.float64))
-    fp32_layers = fp32_node_names(onnx_path, options) if options.precision == "fp16" else []
-    lines = trtexec_lines(options, input_name, tuple(reference_inputs.shape), fp32_layers)
-    script = templates.BUILD_ENGINE_SH
-    script = script.replace("@TENSORRT10@", lines["tensorrt10"]).replace("@TENSORRT11@", lines["tensorrt11"])
-    write_atomic(folder / "build_engine.sh", script.encode())
-    (folder / "build_engine.sh").chmod(0o755)
-    infer = templates.INFER_PY
-    for key, value in {"@INPUT_NAME@": repr(input_name), "@OUTPUT_NAME@": repr(output_name),
-                       "@ATOL@": repr(float(tol.atol)), "@RTOL@": repr(float(tol.rtol))}.items():
-        infer = infer.replace(key, value)
-    write_atomic(folder / "infer.py", infer.encode())
-    (folder / "infer.py").chmod(0o755)
-    batches = options.profiles()
-    manifest = {"input_name": input_name, "output_name": output_name,
-                "input_shape": ["batch", *reference_inputs.shape[1:]], "batch_range": [batches[0][0], batches[-1][2]],
-                "precision": options.precision, "fp32_layers": fp32_layers, "atol": tol.atol, "rtol": tol.rtol,
-                "trtexec": lines, "reference_batch": int(reference_inputs.shape[0])}
-    write_atomic(folder / "bundle.json", (json.dumps(manifest, indent=2) + "\n").encode())
-    readme = templates.README_MD
-    for key, value in {"@FOLDER@": folder.name, "@PRECISION@": _precision_note(options),
-                       "@BATCH@": f"{batches[0][0]}..{batches[-1][2]}", "@INPUT@": input_name,
-                       "@SHAPE@": "x".join(map(str, reference_inputs.shape[1:])), "@OUTPUT@": output_name,
-                       "@ATOL@": f"{tol.atol:g}", "@RTOL@": f"{tol.rtol:g}"}.items():
-        readme = readme.replace(key, value)
-    write_atomic(folder / "README.md", readme.encode())
-    return sorted(p.name for p in folder.iterdir())
-
-
-def _copy(src: Path, dst: Path) -> None:
-    if src.resolve() == dst.resolve():
+        convert_file(onnx, target, options.keeps_fp32)
         return
-    with atomic_path(dst) as tmp:
-        shutil.copyfile(src, tmp)
+    from ...inputs import load_images
+    from ..onnx.quantize import to_qdq_int8
+
+    calibration = load_images(options.calibration_images, record.source.preprocessing,
+                              tuple(record.source.input_shape))[0]
+    to_qdq_int8(onnx, target, record.input_names[0], calibration, options.keeps_fp32)
 
 
 def _precision_note(options: TensorRTOptions) -> str:
     if options.precision == "fp16":
         return "fp16, with " + ", ".join(options.fp32_layers) + " kept in fp32"
     if options.precision == "int8":
-        return "int8 from the QDQ-quantised model.int8-qdq.onnx"
+        return "int8 from the QDQ-quantised ONNX"
     return "fp32 (TF32 off)"

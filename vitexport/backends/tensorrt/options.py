@@ -51,7 +51,9 @@ class TensorRTOptions(ExportOptions):
                                               "set).", choices=RTX_TARGETS, fold_case=True)
     calibration_images: str | None = option(None, "Images for int8 calibration.")
     calibration_cache: str | None = option(None, "int8 calibration cache (default: beside the engine).")
-    bundle: str | None = option(None, "Also write a Jetson bundle to this folder.")
+    bundle: str | None = option(None, "Also write the engine's Jetson package to this folder (what `vitexport "
+                                      "package ENGINE --target jetson` writes: the ONNX, a build script, golden data, "
+                                      "a check).")
     opset: int = option(17, "ONNX opset of the ONNX the engine builds from.", minimum=1)
     exporter: str = option("auto", "ONNX exporter of the ONNX the engine builds from.", choices=EXPORTERS)
 

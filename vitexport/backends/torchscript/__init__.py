@@ -6,8 +6,9 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ExportError, RuntimeFailure
-from .base import Artifact, Availability, Backend, ExportOptions, RunOptions, Runner, output_names
+from ...errors import ExportError, RuntimeFailure
+from ..base import (Artifact, Availability, Backend, DeviceCheck, DeviceTarget, ExportOptions, RunOptions, Runner,
+                    device_source, output_names)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,7 +36,7 @@ class TorchScriptRunner(Runner):
         import numpy as np
         import torch
 
-        from .eager import named_outputs
+        from ..eager import named_outputs
 
         with torch.inference_mode():
             y = self.module(torch.from_numpy(np.ascontiguousarray(feed[self.input_name])))
@@ -53,7 +54,7 @@ class TorchScriptBackend(Backend):
     def export(self, loaded, options: ExportOptions, out_path: Path, upstream=None) -> Artifact:
         import torch
 
-        from ..sources import export_mode
+        from ...sources import export_mode
 
         # Trace at batch >= 2 when the batch is dynamic, so a size-1 dimension is not specialised.
         batch = max(2, loaded.input_shape[0]) if options.dynamic_batch else loaded.input_shape[0]
@@ -71,6 +72,21 @@ class TorchScriptBackend(Backend):
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()) -> TorchScriptRunner:
         return TorchScriptRunner(Path(path), record.input_names[0], record.output_names)
+
+    def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
+        """torch.jit.load on the device's CPU or GPU (--device picks one)."""
+        from ...errors import UsageError
+
+        if target.language != "python":
+            raise UsageError(f"TorchScript has no check for {target.device} here: package a Core ML package or an "
+                             "ExecuTorch program for phones (vitexport coreml / executorch)")
+        install = ("NVIDIA's PyTorch wheel for JetPack (CUDA)" if target.name == "jetson"
+                   else "PyTorch (`pip install torch numpy`)")
+        return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py",
+                           runtime="PyTorch (TorchScript)", install=install,
+                           settings={"file": path.name, "output_names": list(record.output_names)},
+                           notes=("`python3 check.py --device cuda` (or mps, cpu) picks the device; the default "
+                                  "is CUDA when torch sees a GPU.",))
 
 
 BACKEND = TorchScriptBackend()

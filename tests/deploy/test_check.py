@@ -1,0 +1,185 @@
+"""A package's check.py on the device: standalone (no vitexport), it refuses a package whose files
+differ from the manifest, runs the golden inputs, and writes a report `verify --device-report` judges."""
+
+import ast
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from device_harness import copy_to_device, run_check
+from typer.testing import CliRunner
+
+from vitexport import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def verify(report: Path, *args: str):
+    return CliRunner().invoke(cli.app, ["verify", "--device-report", str(report), *args])
+
+
+def test_a_copied_linux_package_proves_itself_and_verify_accepts_its_report(onnx_package, tmp_path):
+    device = copy_to_device(onnx_package, tmp_path)
+    run = run_check(device)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "PASS" in run.stdout and "CPUExecutionProvider" in run.stdout
+    report = json.loads((device / "device-report.json").read_text())
+    assert report["package"]["name"] == onnx_package.name and report["deterministic"] is True
+    assert report["device"]["runtime"].startswith("ONNX Runtime") and report["device"]["os"]
+    assert {"random-0", "random-1"} <= set(report["timings"]["cases"])
+    assert report["timings"]["cases"]["random-0"]["warmup"] == 3
+    # Back here: judged against the package on this machine, which the report names by its manifest's sha256.
+    shutil.copy(device / "device-report.json", tmp_path / "report.json")
+    result = verify(tmp_path / "report.json", "--package", str(onnx_package), "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["parity"]["passed"] and data["status"] == "verified" and data["device"]["provider"]
+    assert data["backend"] == "onnx" and data["target"] == "linux"
+    table = verify(tmp_path / "report.json", "--package", str(onnx_package))
+    assert "onnx on" in table.stdout and "random-1" in table.stdout and "PASSED" in table.stdout
+    assert "on-device p50 latency" in table.stdout
+
+
+def test_vitexport_cannot_be_imported_where_the_check_runs(tmp_path):
+    """The harness the checks run in stands for a device without vitexport."""
+    (tmp_path / "probe.py").write_text("import vitexport\n")
+    run = run_check(tmp_path, script="probe.py")
+    assert run.returncode == 1 and "No module named 'vitexport'" in run.stderr
+
+
+def test_verify_exits_4_when_the_reports_outputs_are_wrong(onnx_package, tmp_path):
+    device = copy_to_device(onnx_package, tmp_path)
+    assert run_check(device).returncode == 0
+    report = json.loads((device / "device-report.json").read_text())
+    report["cases"][1]["outputs"]["logits"]["data"][3] += 0.01  # one logit beyond fp32's tolerance
+    (device / "device-report.json").write_text(json.dumps(report))
+    result = verify(device / "device-report.json", "--json")
+    assert result.exit_code == 4
+    data = json.loads(result.stdout)
+    assert data["parity"]["passed"] is False and data["status"] == "FAILED"
+    assert any("random-1" in f for f in data["parity"]["failures"])
+    assert "parity failed" in result.stderr and "does not match PyTorch" in result.stderr
+    # A looser tolerance, given on purpose, accepts it (an fp32 Core ML package run on the Neural Engine).
+    assert verify(device / "device-report.json", "--atol", "0.05", "--rtol", "0.05").exit_code == 0
+
+
+@pytest.mark.parametrize("damage", ["flip a byte of the artifact", "truncate the sidecar", "change golden data",
+                                    "remove the runner", "replace the artifact with a FIFO"])
+def test_the_check_exits_4_on_a_damaged_package_naming_the_file(onnx_package, tmp_path, damage):
+    device = copy_to_device(onnx_package, tmp_path)
+    artifact = device / json.loads((device / "manifest.json").read_text())["artifact"]["file"]
+    if damage == "flip a byte of the artifact":
+        data = bytearray(artifact.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        artifact.write_bytes(bytes(data))
+        name = artifact.name
+    elif damage == "truncate the sidecar":
+        side = artifact.with_name(artifact.name + ".json")
+        side.write_text(side.read_text()[:-10])
+        name = side.name
+    elif damage == "change golden data":
+        np.save(device / "golden" / "random-0.output0.npy", np.zeros((1, 1000), np.float32))
+        name = "golden/random-0.output0.npy"
+    elif damage == "remove the runner":
+        (device / "runner.py").unlink()
+        name = "runner.py"
+    else:
+        artifact.unlink()
+        os.mkfifo(artifact)
+        name = artifact.name
+    run = run_check(device)
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert run.stderr.count("\n") == 1 and name in run.stderr and "Traceback" not in run.stderr
+    assert not (device / "device-report.json").exists()  # nothing ran
+
+
+def test_the_check_exits_3_without_its_runtime_and_2_on_bad_usage(onnx_package, tmp_path):
+    device = copy_to_device(onnx_package, tmp_path)
+    missing = run_check(device, absent=("vitexport", "onnxruntime"))
+    assert missing.returncode == 3 and "ONNX Runtime cannot run here" in missing.stderr
+    assert "onnxruntime" in missing.stderr and missing.stderr.count("\n") == 1
+    provider = run_check(device, "--provider", "NoSuchExecutionProvider")
+    assert provider.returncode == 3 and "has no NoSuchExecutionProvider" in provider.stderr
+    assert run_check(device, "--repeats", "0").returncode == 2
+
+
+def test_a_report_of_another_package_or_a_hostile_one_is_exit_2(onnx_package, tmp_path):
+    device = copy_to_device(onnx_package, tmp_path)
+    assert run_check(device).returncode == 0
+    good = json.loads((device / "device-report.json").read_text())
+
+    def judged(report, *args):
+        path = tmp_path / "report.json"
+        path.write_text(report if isinstance(report, str) else json.dumps(report))
+        return verify(path, "--package", str(device), *args)
+
+    other = dict(good, package=dict(good["package"], manifest_sha256="0" * 64))
+    result = judged(other)
+    assert result.exit_code == 2 and "does not belong to the package" in result.stderr
+    bad_data = json.loads(json.dumps(good))
+    bad_data["cases"][0]["outputs"]["logits"]["data"] = bad_data["cases"][0]["outputs"]["logits"]["data"][:5]
+    hostile = ["not json", "[]", json.dumps({"schema": "other"}), json.dumps(dict(good, cases="x")),
+               json.dumps(bad_data), "[" * 10_000 + "]" * 10_000,
+               json.dumps(dict(good, cases=good["cases"] + [dict(good["cases"][0], name="made-up")]))]
+    for text in hostile:
+        result = judged(text)
+        assert result.exit_code == 2, (text[:80], result.stdout, result.stderr)
+        assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    result = verify(fifo, "--package", str(device))
+    assert result.exit_code == 2 and "not a regular file" in result.stderr
+    # A missing case or output fails the parity (exit 4); it does not pass vacuously.
+    result = judged(dict(good, cases=good["cases"][:1]))
+    assert result.exit_code == 4 and "output missing" in result.stdout + result.stderr
+
+
+def test_non_finite_outputs_travel_as_strings_and_fail(onnx_package, tmp_path):
+    device = copy_to_device(onnx_package, tmp_path)
+    assert run_check(device).returncode == 0
+    report = json.loads((device / "device-report.json").read_text())
+    report["cases"][0]["outputs"]["logits"]["data"][0] = "NaN"
+    (device / "device-report.json").write_text(json.dumps(report))
+    result = verify(device / "device-report.json", "--json")
+    assert result.exit_code == 4 and "non-finite" in result.stdout
+
+
+def test_a_report_is_judged_against_a_whole_package(onnx_package, tmp_path):
+    """Golden data changed here after the report was written: the reference proves nothing (exit 4)."""
+    device = copy_to_device(onnx_package, tmp_path)
+    assert run_check(device).returncode == 0
+    np.save(device / "golden" / "random-1.output0.npy", np.ones((1, 1000), np.float32))
+    result = verify(device / "device-report.json")
+    assert result.exit_code == 4 and "golden/random-1.output0.npy" in result.stderr and "damaged" in result.stderr
+    assert verify(tmp_path / "absent.json").exit_code == 2
+
+
+def test_verify_refuses_mixing_an_artifact_with_a_device_report(onnx_package):
+    report = onnx_package / "device-report.json"
+    for args in (["verify", str(onnx_package / "x.onnx"), "--device-report", str(report)],
+                 ["verify", "--device-report", str(report), "--images", "samples/images"],
+                 ["verify", "--package", str(onnx_package)], ["verify"]):
+        result = CliRunner().invoke(cli.app, args)
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1, (args, result.stderr)
+
+
+def runner_sources() -> list[Path]:
+    return sorted([ROOT / "vitexport" / "deploy" / "device" / "check.py",
+                   *(ROOT / "vitexport" / "backends").glob("*/device/*.py")])
+
+
+@pytest.mark.parametrize("path", runner_sources(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_device_programs_run_on_python_3_8_without_vitexport(path):
+    """They run on JetPack 5's Python 3.8, where only numpy and the runtime are installed."""
+    tree = ast.parse(path.read_text(), feature_version=(3, 8))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not any(m.split(".")[0] == "vitexport" for m in imported)
+    assert not any(isinstance(n, ast.ImportFrom) and n.level for n in ast.walk(tree))  # no relative imports
+    top = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+    top |= {n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
+    assert top <= {"__future__", "argparse", "hashlib", "importlib", "json", "math", "os", "platform", "stat",
+                   "subprocess", "sys", "time", "datetime", "pathlib"}, top  # runtimes only inside functions

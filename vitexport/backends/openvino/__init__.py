@@ -1,0 +1,211 @@
+"""OpenVINO: convert to IR (NAME.xml + NAME.bin), run it with Intel's runtime on a CPU, GPU or NPU,
+and check it against PyTorch, in fp32 (pinned), bf16, fp16 weights or NNCF int8.
+
+options: flags and their rules. convert: PyTorch -> IR. quantize: NNCF int8. devices: OpenVINO's
+devices, their capabilities and the precision each compile is pinned to. runner: running an IR.
+localize: per-block comparison with PyTorch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...parity import Tolerance
+from ..base import (Artifact, Availability, Backend, BenchTarget, Candidate, DeviceCheck, DeviceTarget, Diagnosis,
+                    RunOptions, device_source, output_names)
+from .options import OpenVinoOptions
+
+TIMER = "openvino"  # the bench target that times CPU candidates
+
+
+class OpenVinoBackend(Backend):
+    name = "openvino"
+    suffix = ".xml"
+    summary = ("Convert to OpenVINO IR (.xml + .bin), run it with OpenVINO on a CPU, GPU or NPU and check it "
+               "against PyTorch.")
+    Options = OpenVinoOptions
+    extra = "openvino"
+    tool_packages = ("openvino", "nncf")
+    # bf16 rounds to 8 significant bits where fp16 keeps 11 (8x its rounding error, fp32's range): its
+    # elementwise tolerance is wider than fp16's (the trained digits sample's worst of 360 images: max
+    # abs error 0.15, cosine 0.9988), while it must keep PyTorch's decisions as fp16 must (the same gate).
+    tolerances = {"bf16": Tolerance(atol=0.2, rtol=0.1, min_cosine=0.998, min_top1_agreement=0.99,
+                                    max_accuracy_drop=0.5)}
+
+    def availability(self) -> Availability:
+        try:
+            import openvino  # noqa: F401
+        except ImportError:
+            return Availability(False, "openvino is not installed")
+        return Availability(True)
+
+    def runs_here_for(self, record) -> Availability:
+        here = self.runs_here()
+        if not here.ok:
+            return here
+        from . import devices
+
+        device = (record.options.get("device") or "CPU").upper()
+        why = devices.absent_reason(device) or (devices.bf16_reason(device) if record.precision == "bf16" else None)
+        return Availability(why is None, why or "")
+
+    def export(self, loaded, options: OpenVinoOptions, out_path: Path, upstream=None) -> Artifact:
+        from . import devices
+        from .convert import export_ir
+
+        if options.precision == "bf16" and devices.present(options.device_name):
+            why = devices.bf16_reason(options.device_name)
+            if why:  # refused before any work: the IR would run in fp32 under a bf16 label
+                from ...errors import BackendUnavailable
+
+                raise BackendUnavailable(why)
+        calibration = None
+        if options.precision == "int8":
+            from ...inputs import load_images
+
+            calibration = load_images(options.calibration_images, loaded.preprocessing, loaded.input_shape)[0]
+        info = export_ir(loaded, options, out_path, calibration)
+        if calibration is not None:
+            from ..onnx import calibration_set
+
+            info["int8"]["calibration"] = calibration_set(options.calibration_images)
+        device = options.device_name
+        info["device"] = device
+        info["compile_config"] = {"INFERENCE_PRECISION_HINT": _hint_or_none(options.precision, device)}
+        return Artifact(out_path, self.name, precision=options.precision, input_names=[options.input_name],
+                        output_names=output_names(loaded, options), dynamic_batch=options.dynamic_batch, info=info)
+
+    def name_tag(self, options: OpenVinoOptions) -> str:
+        tag = "" if options.precision == "fp32" else f"-{options.precision}"
+        return tag + ("" if options.device_name == "CPU" else f"-{options.device_name.lower()}")
+
+    def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
+        from .runner import OpenVinoRunner
+
+        return OpenVinoRunner(Path(path), record, run.providers, run.threads, run.allow_fallback)
+
+    def files(self, path: Path, record) -> list[Path]:
+        return [Path(path).with_suffix(".bin")]
+
+    def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
+        """OpenVINO in Python on the device it was checked on (--device picks another), its precision
+        pinned as at export."""
+        from ...errors import UsageError
+
+        if target.language != "python":
+            raise UsageError(f"OpenVINO IR has no check for {target.device} here: package a Core ML package or "
+                             "an ExecuTorch program for phones (vitexport coreml / executorch)")
+        return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py", runtime="OpenVINO",
+                           install="`pip install openvino numpy`",
+                           settings={"file": path.name, "input_name": record.input_names[0],
+                                     "output_names": list(record.output_names), "precision": record.precision,
+                                     "device": (record.options.get("device") or "CPU").upper()},
+                           notes=("`python3 check.py --device GPU` (or NPU) checks on that device; the report says "
+                                  "which device ran and the precision it computed in.",))
+
+    def localize(self, loaded, path: Path, record, x, tol):
+        from .localize import localize_ir
+
+        return localize_ir(loaded, path, record, x, tol)
+
+    def refine(self, loaded, options: OpenVinoOptions, path: Path, record):
+        """int8 that failed its check: keep the encoder block (or the stem) that adds the most error in
+        float, as the ONNX backend's accuracy search does."""
+        if options.precision != "int8":
+            return None
+        from dataclasses import replace
+
+        from ...inputs import random_pixels
+        from ..onnx.localize import STEM
+        from .localize import sensitive_blocks, stem_scopes
+
+        pre = loaded.preprocessing
+        x = random_pixels((4, *loaded.input_shape[1:]), 1, pre.get("mean"), pre.get("std"))
+        if not record.dynamic_batch:
+            x = x[:loaded.input_shape[0]]
+        ranked = sensitive_blocks(loaded, path, record, x)
+        if isinstance(ranked, str):
+            return None
+        for unit, added in ranked:
+            scopes = stem_scopes(path, loaded) if unit == STEM else (unit,)
+            if scopes and not set(scopes) <= set(options.search_keep):
+                note = f"keeping {unit} in float (it adds {added:.3g} relative error)"
+                return replace(options, search_keep=options.search_keep + tuple(scopes)), note
+        return None  # every block and the stem are float already: nothing left to try
+
+    def kept_float(self, options: OpenVinoOptions) -> list[str]:
+        return list(options.keep_fp32 + options.search_keep)
+
+    def candidates(self, target: str, calibration_images: str | None) -> list[Candidate]:
+        """On a CPU: fp32 (pinned), bf16 where the CPU computes it natively, and int8 with images to
+        calibrate on. fp16 weights gain nothing on a CPU (they are widened to fp32 at load)."""
+        if target != "cpu" or not self.runs_here().ok:
+            return []
+        from . import devices
+
+        base = {"dynamic_batch": True}
+        found = [Candidate("openvino-fp32", OpenVinoOptions(**base), TIMER)]
+        if devices.bf16_reason("CPU") is None:
+            found.append(Candidate("openvino-bf16", OpenVinoOptions(**base, precision="bf16"), TIMER))
+        if calibration_images:
+            found.append(Candidate("openvino-int8", OpenVinoOptions(**base, precision="int8",
+                                                                    calibration_images=calibration_images), TIMER))
+        return found
+
+    def bench_targets(self) -> list[BenchTarget]:
+        # A GPU or NPU row must never show CPU numbers under its name: no fallback unless the user allows it.
+        return [BenchTarget("openvino", self.name, RunOptions(providers=("CPU",))),
+                BenchTarget("openvino-gpu", self.name, RunOptions(providers=("GPU",), allow_fallback=False)),
+                BenchTarget("openvino-npu", self.name, RunOptions(providers=("NPU",), allow_fallback=False))]
+
+    def bench_unavailable(self, target: BenchTarget) -> str | None:
+        here = self.runs_here()
+        if not here.ok:
+            return here.reason
+        if target.run.allow_fallback:
+            return None
+        from . import devices
+
+        return devices.absent_reason(target.run.providers[0])
+
+    def bench_unavailable_for(self, target: BenchTarget, record) -> str | None:
+        why = self.bench_unavailable(target)
+        if why or record.precision != "bf16":
+            return why
+        from . import devices
+
+        device = target.run.providers[0] if target.run.providers else "CPU"
+        return devices.bf16_reason(device if devices.present(device) else "CPU")
+
+    def roofline_basis(self, provider: str | None) -> str | None:
+        return "cpu" if (provider or "").startswith("openvino-CPU") else None  # no rate measured for GPUs or NPUs
+
+    def diagnose(self) -> Diagnosis:
+        """OpenVINO's devices, what each computes natively, and the precision it picks when not told."""
+        from ...environment import versions
+        from . import devices
+
+        found = {name: devices.describe(name) for name in devices.available()}
+        notes = []
+        for name, facts in found.items():
+            line = f"{name} ({facts['name']}): {', '.join(facts['capabilities'])}"
+            if facts.get("default_precision"):
+                line += f"; computes fp32 models in {facts['default_precision']} unless told (vitexport pins it)"
+            notes.append(line + (f"; does not compile: {facts['error']}" if facts.get("error") else ""))
+        cpu = found.get("CPU")
+        if cpu and "BF16" not in cpu["capabilities"]:
+            notes.append("no native bf16 on this CPU: --precision bf16 is refused here")
+        tools = versions(("openvino", "nncf"))
+        if "nncf" not in tools:
+            notes.append("NNCF is not installed: --precision int8 needs it (pip install 'vitexport[openvino]')")
+        return Diagnosis(notes, {"versions": tools, "devices": found})
+
+
+def _hint_or_none(precision: str, device: str) -> str | None:
+    """The precision hint the IR is compiled with on `device` (None when the device is not here to ask)."""
+    from . import devices
+
+    return devices.precision_hint(precision, device) if devices.present(device) else None
+
+
+BACKEND = OpenVinoBackend()

@@ -1,0 +1,79 @@
+"""PyTorch -> OpenVINO IR: convert, name the inputs and outputs, quantize or compress, save.
+
+Converted from the PyTorch module itself (openvino.convert_model traces it), not from vitexport's
+verified ONNX. Both were measured on the tiny and base presets (benchmarks/openvino_speed.py, README):
+the same parity to PyTorch and the same latency within the noise of the machine; the direct path
+needs no ONNX export first, and only it keeps each node's module path in its name
+(`__module.blocks.3.attn/...`), which the divergence localization, --keep-fp32 by module and the
+accuracy search read. (A torch.export program converts too, but its nodes lose their module paths.)
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+from ...errors import ExportError
+from ..base import output_names
+from .options import OpenVinoOptions
+
+
+def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None) -> dict:
+    """Write `out_path` (NAME.xml) and NAME.bin beside it; return the facts the sidecar records.
+    `calibration`: the int8 images as an (N, C, H, W) array."""
+    import openvino
+
+    model, batch = convert(loaded, options)
+    info = {"converted_from": "PyTorch module (openvino.convert_model, traced)", "trace_batch": batch}
+    if options.precision == "int8":
+        from .quantize import quantize_ir
+
+        model, info["int8"] = quantize_ir(model, options, calibration, batch=1 if options.dynamic_batch else batch)
+    _embed_metadata(model, loaded, options)
+    # save_model compresses weights to fp16 unless told not to: only --precision fp16 asks for it.
+    openvino.save_model(model, str(out_path), compress_to_fp16=options.precision == "fp16")
+    info["weights"] = "fp16" if options.precision == "fp16" else ("int8" if options.precision == "int8" else "fp32")
+    info["ops"] = len(model.get_ordered_ops())
+    return info
+
+
+def convert(loaded, options: OpenVinoOptions):
+    """The model as an openvino.Model whose input and outputs carry vitexport's names, its batch
+    dynamic or the model's own. Returns it and the batch it was traced at."""
+    import openvino
+    import torch
+
+    from ...sources import export_mode
+
+    # Trace at batch >= 2 when the batch is dynamic, so a size-1 dimension is not specialised.
+    batch = max(2, loaded.input_shape[0]) if options.dynamic_batch else loaded.input_shape[0]
+    example = torch.randn((batch, *loaded.input_shape[1:]), generator=torch.Generator().manual_seed(0))
+    shape = [-1 if options.dynamic_batch else batch, *loaded.input_shape[1:]]
+    try:
+        with torch.no_grad(), export_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracer chatter; parity at several batches is the real test
+            model = openvino.convert_model(loaded.model, example_input=example, input=[shape])
+    except Exception as e:
+        text = (str(e).strip().splitlines() or [""])[0][:300]
+        raise ExportError(f"openvino.convert_model failed: {type(e).__name__}: {text}") from None
+    names = output_names(loaded, options)
+    if len(model.outputs) != len(names):
+        raise ExportError(f"the converted model has {len(model.outputs)} outputs for the names {names}")
+    model.inputs[0].get_tensor().set_names({options.input_name})
+    for port, name in zip(model.outputs, names):
+        port.get_tensor().set_names({name})
+    return model, batch
+
+
+def _embed_metadata(model, loaded, options: OpenVinoOptions) -> None:
+    """What made the IR, in its rt_info, for whoever opens the .xml without the sidecar. OpenVINO does
+    not take the inference precision from rt_info: a loader must pass the hint itself (the sidecar's
+    info.compile_config says which)."""
+    from ... import __version__
+
+    meta = {"version": __version__, "source": loaded.spec.model, "input_shape": json.dumps(list(loaded.input_shape)),
+            "dynamic_batch": str(options.dynamic_batch).lower(), "precision": options.precision,
+            "preprocessing": json.dumps(loaded.preprocessing)}
+    for key, value in meta.items():
+        model.set_rt_info(value, ["vitexport", key])

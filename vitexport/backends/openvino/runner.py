@@ -1,0 +1,73 @@
+"""Running an IR with openvino.Core on a device, with its precision pinned and read back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...errors import BackendUnavailable, RuntimeFailure
+from ..base import Runner
+from . import devices
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ...sidecar import ArtifactRecord
+
+
+def device_for(record: "ArtifactRecord", requested: tuple[str, ...], allow_fallback: bool) -> str:
+    """The device to run on: the first requested one (a bench target's, or --provider), else the one the
+    IR was checked on at export. A requested device that is absent is refused unless the fallback to
+    the CPU is allowed."""
+    wanted = (requested[0] if requested else record.options.get("device") or "CPU").upper()
+    why = devices.absent_reason(wanted)
+    if why is None:
+        return wanted
+    if allow_fallback and requested:
+        return "CPU"
+    raise BackendUnavailable(why + ("; pass --allow-fallback to accept the CPU" if requested else ""))
+
+
+class OpenVinoRunner(Runner):
+    def __init__(self, path: Path, record: "ArtifactRecord", providers: tuple[str, ...] = (),
+                 threads: int | None = None, allow_fallback: bool = True):
+        self.path, self.record, self.threads = path, record, threads
+        self.requested, self.allow_fallback = tuple(providers), allow_fallback
+        self.request, self.inputs = None, []
+
+    def open(self) -> None:
+        record = self.record
+        device = device_for(record, self.requested, self.allow_fallback)
+        if record.precision == "bf16":
+            why = devices.bf16_reason(device)
+            if why:
+                raise BackendUnavailable(why)
+        core = devices.core()
+        try:
+            model = core.read_model(str(self.path))
+            compiled = core.compile_model(model, device, devices.compile_config(record.precision, device,
+                                                                                  self.threads))
+        except Exception as e:
+            raise RuntimeFailure(f"OpenVINO cannot load {self.path.name} on {device}: {devices.first_line(e)}") \
+                from None
+        computed = devices.ran(compiled)
+        if record.precision in ("fp32", "bf16") and computed != record.precision:
+            # The pin did not hold: numbers from here would be labelled with a precision that did not run.
+            raise RuntimeFailure(f"OpenVINO's {device} computes this {record.precision} IR in {computed}")
+        self.computed = computed
+        # int8 IR: the quantized ops in int8, the rest in what the device computed.
+        label = f"int8+{computed}" if record.precision == "int8" else computed
+        self.provider = f"openvino-{device}-{label}"
+        self.inputs = [port.get_any_name() for port in compiled.inputs]
+        self.outputs = {name: compiled.output(name) for name in record.output_names}
+        self.request = compiled.create_infer_request()
+
+    def close(self) -> None:
+        self.request = None
+
+    def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
+        import numpy as np
+
+        results = self.request.infer({name: np.ascontiguousarray(feed[name], dtype=np.float32)
+                                      for name in self.inputs}, share_outputs=False)
+        return {name: np.asarray(results[port]) for name, port in self.outputs.items()}

@@ -1,0 +1,36 @@
+"""Deploy packages that prove themselves on the device (`vitexport package`, `verify --device-report`).
+
+A package is one folder per artifact and target: the artifact with its files and sidecar,
+`manifest.json` (sha256 and size of every file, versions, target), `preprocessing.json`, `golden/`
+(seeded inputs and images with PyTorch's outputs and the tolerance), the target's check program
+and a README. On the device the check verifies every file, runs the golden inputs and writes
+`device-report.json`; back here `vitexport verify --device-report` judges that report against the
+golden outputs with the same parity check every export goes through.
+
+How a backend's artifact is run there is the backend's to say (`Backend.device_check`); the check
+programs that call it live in device/ (check.py for linux, jetson and macos, an XCTest for ios, an
+instrumented test for android) and are copied into each package as they are.
+
+manifest: the manifest and which folders are packages. golden: golden inputs and outputs.
+describe: preprocessing.json and the README. build: writing a package atomically. package: a package
+from an exported artifact. judge: a device report against its package.
+"""
+
+from __future__ import annotations
+
+from ..backends.base import DeviceTarget
+from ..errors import UsageError
+
+TARGETS: dict[str, DeviceTarget] = {
+    "linux": DeviceTarget("linux", "python", "a Linux machine"),
+    "jetson": DeviceTarget("jetson", "python", "an NVIDIA Jetson"),
+    "macos": DeviceTarget("macos", "python", "a Mac"),
+    "ios": DeviceTarget("ios", "swift", "an iPhone or iPad"),
+    "android": DeviceTarget("android", "kotlin", "an Android phone"),
+}
+
+
+def target(name: str) -> DeviceTarget:
+    if name not in TARGETS:
+        raise UsageError(f"--target must be one of {', '.join(TARGETS)}, got {name!r}")
+    return TARGETS[name]

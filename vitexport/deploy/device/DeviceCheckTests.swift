@@ -1,0 +1,268 @@
+// Proves this package's model on an iPhone or iPad: verifies every file against manifest.json
+// (sha256), runs the golden inputs through the backend's runner (CoreMLRunner.swift or
+// ExecuTorchRunner.swift, beside this file), compares the outputs with PyTorch's and writes
+// device-report-<units>.json for `vitexport verify --device-report`. See README.md.
+//
+// Written by vitexport for Xcode 15 / iOS 16 or newer; vitexport's own tests cannot compile it.
+import CryptoKit
+import Foundation
+import XCTest
+
+/// One output of one run: values in row-major order and the shape.
+struct Output {
+    var values: [Float]
+    var shape: [Int]
+}
+
+/// What a backend's runner file provides (with `makeRunner(package:settings:computeUnits:)`).
+protocol ArtifactRunner {
+    var facts: [String: Any] { get }
+    func run(_ input: [Float], shape: [Int]) throws -> [Output]
+}
+
+struct CheckError: LocalizedError {
+    let errorDescription: String?
+    init(_ message: String) { errorDescription = message }
+}
+
+final class DeviceCheckTests: XCTestCase {
+    // One test per Core ML compute-unit setting (names as ExecuTorch's Core ML delegate takes them).
+    func testAll() async throws { try await check(computeUnits: "all") }
+    func testCPUOnly() async throws { try await check(computeUnits: "cpu_only") }
+    func testCPUAndGPU() async throws { try await check(computeUnits: "cpu_and_gpu") }
+    func testCPUAndNeuralEngine() async throws { try await check(computeUnits: "cpu_and_ne") }
+
+    let warmup = 3, repeats = 10
+
+    private func check(computeUnits: String) async throws {
+        let package = try packageFolder()
+        let manifest = try json(package.appendingPathComponent("manifest.json"))
+        let verified = try verifyFiles(package, manifest)  // before anything of the package is run
+        let golden = try json(package.appendingPathComponent("golden/golden.json"))
+        let runnerInfo = manifest["runner"] as? [String: Any] ?? [:]
+        let settings = runnerInfo["settings"] as? [String: Any] ?? [:]
+        let loadStart = now()
+        let runner = try await makeRunner(package: package, settings: settings, computeUnits: computeUnits)
+        let loadMs = milliseconds(since: loadStart)
+
+        let names = golden["output_names"] as? [String] ?? []
+        let tolerance = golden["tolerance"] as? [String: Double] ?? [:]
+        var cases: [[String: Any]] = [], timings: [String: Any] = [:], failures: [String] = []
+        var deterministic = true
+        for entry in golden["cases"] as? [[String: Any]] ?? [] {
+            let name = entry["name"] as? String ?? "?", batch = entry["batch"] as? Int ?? 1
+            let input = try readNpy(package.appendingPathComponent(entry["input"] as? String ?? ""))
+            let references = try (entry["outputs"] as? [String] ?? []).map {
+                try readNpy(package.appendingPathComponent($0))
+            }
+            let (outputs, timing, same) = try runCase(runner, input, batch: batch)
+            deterministic = deterministic && same
+            timings[name] = timing
+            var encoded: [String: Any] = [:], checks: [[String: Any]] = []
+            for (i, output) in outputs.enumerated() where i < names.count {
+                encoded[names[i]] = ["shape": output.shape, "data": output.values.map { jsonNumber(Double($0)) }]
+                var result = compare(references[i], output, tolerance)
+                result["output"] = names[i]
+                checks.append(result)
+                if result["passed"] as? Bool != true {
+                    failures.append("\(name) \(names[i]): \(result["reason"] ?? "")")
+                }
+            }
+            cases.append(["name": name, "outputs": encoded, "checks": checks])
+        }
+        if !deterministic { failures.append("the same input gave different outputs twice") }
+
+        var device: [String: Any] = ["model": machine(), "os": ProcessInfo.processInfo.operatingSystemVersionString,
+                                     "processors": ProcessInfo.processInfo.activeProcessorCount]
+        device.merge(runner.facts) { _, new in new }
+        let manifestDigest = try sha256(package.appendingPathComponent("manifest.json"))
+        let report: [String: Any] = [
+            "schema": "vitexport.device-report/1",
+            "created": ISO8601DateFormatter().string(from: Date()),
+            "package": ["name": package.lastPathComponent,
+                        "manifest_sha256": manifestDigest,
+                        "target": manifest["target"] ?? NSNull(),
+                        "backend": (manifest["artifact"] as? [String: Any])?["backend"] ?? NSNull(),
+                        "artifact": (manifest["artifact"] as? [String: Any])?["file"] ?? NSNull(),
+                        "files_verified": verified],
+            "device": device,
+            "timings": ["load_ms": loadMs, "cases": timings],
+            "deterministic": deterministic,
+            "verdict": ["passed": failures.isEmpty, "tolerance": tolerance, "failures": failures],
+            "cases": cases,
+        ]
+        let data = try JSONSerialization.data(withJSONObject: report)
+        let documents = try FileManager.default.url(for: .documentDirectory, in: .userDomainMask,
+                                                    appropriateFor: nil, create: true)
+        let file = documents.appendingPathComponent("device-report-\(computeUnits).json")
+        try data.write(to: file, options: .atomic)
+        let attachment = XCTAttachment(data: data, uniformTypeIdentifier: "public.json")
+        attachment.name = file.lastPathComponent
+        attachment.lifetime = .keepAlways
+        add(attachment)
+        print("vitexport: \(failures.isEmpty ? "PASS" : "FAIL") with compute units \(computeUnits); report \(file.path)")
+        XCTAssertTrue(failures.isEmpty, failures.prefix(3).joined(separator: "; "))
+    }
+
+    /// The package folder among the test bundle's resources: the one whose manifest.json is vitexport's.
+    private func packageFolder() throws -> URL {
+        guard let resources = Bundle(for: DeviceCheckTests.self).resourceURL else {
+            throw CheckError("the test bundle has no resources: add the package folder to this test target")
+        }
+        let folders = try FileManager.default.contentsOfDirectory(at: resources, includingPropertiesForKeys: nil)
+        let packages = folders.filter {
+            (try? json($0.appendingPathComponent("manifest.json")))?["schema"] as? String == "vitexport.package/1"
+        }
+        guard packages.count == 1 else {
+            throw CheckError("expected one vitexport package folder in the test bundle, found \(packages.count): "
+                + "add it as a folder reference (a blue folder) to this test target")
+        }
+        return packages[0]
+    }
+
+    /// Every file the manifest lists has its size and sha256; throws naming the first that does not.
+    private func verifyFiles(_ package: URL, _ manifest: [String: Any]) throws -> Int {
+        guard let files = manifest["files"] as? [String: [String: Any]], !files.isEmpty else {
+            throw CheckError("manifest.json lists no files")
+        }
+        for name in files.keys.sorted() {
+            let url = package.appendingPathComponent(name)
+            let size = (try? FileManager.default.attributesOfItem(atPath: url.path)[.size] as? NSNumber)?.intValue
+            guard let size else { throw CheckError("\(name): missing (manifest.json lists it): copy the package again") }
+            let changed = CheckError("\(name): sha256 differs from manifest.json: the file is damaged or was changed")
+            if size != files[name]?["size"] as? Int { throw changed }
+            if try sha256(url) != files[name]?["sha256"] as? String { throw changed }
+        }
+        return files.count
+    }
+
+    /// Rows in runs of `batch` (the last padded with its final row); the first run timed after warm-up.
+    private func runCase(_ runner: ArtifactRunner, _ input: Npy, batch: Int) throws
+        -> ([Output], [String: Any], Bool) {
+        let row = input.values.count / max(input.shape[0], 1)
+        let shape = [batch] + input.shape.dropFirst()
+        func rows(_ start: Int) -> ([Float], Int) {
+            let real = min(batch, input.shape[0] - start)
+            var values = Array(input.values[(start * row)..<((start + real) * row)])
+            for _ in real..<batch { values += input.values[((start + real - 1) * row)..<((start + real) * row)] }
+            return (values, real)
+        }
+        let (first, firstReal) = rows(0)
+        for _ in 0..<warmup { _ = try runner.run(first, shape: shape) }
+        var times: [Double] = [], kept: [Output] = [], last: [Output] = []
+        for i in 0..<repeats {
+            let start = now()
+            last = try runner.run(first, shape: shape)
+            times.append(milliseconds(since: start))
+            if i == 0 { kept = last }
+        }
+        let same = zip(kept, last).allSatisfy { a, b in
+            a.values.elementsEqual(b.values) { x, y in x == y || (x.isNaN && y.isNaN) }
+        }
+        var outputs = kept.map { trimmed($0, to: firstReal) }
+        var start = batch
+        while start < input.shape[0] {
+            let (values, real) = rows(start)
+            for (i, out) in try runner.run(values, shape: shape).enumerated() where i < outputs.count {
+                let part = trimmed(out, to: real)
+                outputs[i].values += part.values
+                outputs[i].shape[0] += real
+            }
+            start += batch
+        }
+        times.sort()
+        let timing: [String: Any] = ["batch": batch, "runs": times.count, "warmup": warmup,
+                                     "mean_ms": times.reduce(0, +) / Double(times.count),
+                                     "p50_ms": times[times.count / 2], "min_ms": times[0]]
+        return (outputs, timing, same)
+    }
+
+    private func trimmed(_ output: Output, to rows: Int) -> Output {
+        let per = output.values.count / max(output.shape.first ?? 1, 1)
+        return Output(values: Array(output.values.prefix(rows * per)), shape: [rows] + output.shape.dropFirst())
+    }
+
+    /// The rule vitexport's parity check applies, on this output.
+    private func compare(_ reference: Npy, _ output: Output, _ tolerance: [String: Double]) -> [String: Any] {
+        guard reference.shape == output.shape else {
+            return ["passed": false, "reason": "shape \(output.shape) != reference \(reference.shape)"]
+        }
+        let atol = tolerance["atol"] ?? 0, rtol = tolerance["rtol"] ?? 0, minCosine = tolerance["min_cosine"] ?? 1
+        var maxError = 0.0, dot = 0.0, normRef = 0.0, normOut = 0.0, within = true, finite = true
+        for (r, o) in zip(reference.values.map(Double.init), output.values.map(Double.init)) {
+            finite = finite && o.isFinite
+            let error = abs(r - o)
+            maxError = max(maxError, error.isNaN ? .infinity : error)
+            within = within && error <= atol + rtol * abs(r)
+            dot += r * o; normRef += r * r; normOut += o * o
+        }
+        let cosine = normRef * normOut > 0 ? dot / (normRef * normOut).squareRoot() : (maxError == 0 ? 1 : 0)
+        var reasons: [String] = []
+        if !finite { reasons.append("non-finite values") }
+        if !within { reasons.append("max abs error \(maxError) exceeds atol \(atol) + rtol \(rtol)*|ref|") }
+        if cosine < minCosine { reasons.append("cosine \(cosine) < \(minCosine)") }
+        return ["passed": reasons.isEmpty, "reason": reasons.isEmpty ? NSNull() : reasons.joined(separator: "; "),
+                "max_abs_error": jsonNumber(maxError), "cosine_similarity": jsonNumber(cosine)]
+    }
+}
+
+/// A .npy file of little-endian float32 in C order (what vitexport writes into golden/).
+struct Npy {
+    let shape: [Int]
+    let values: [Float]
+}
+
+func readNpy(_ url: URL) throws -> Npy {
+    let bytes = [UInt8](try Data(contentsOf: url))
+    guard bytes.count > 10, bytes[0] == 0x93, Array(bytes[1...5]) == Array("NUMPY".utf8) else {
+        throw CheckError("\(url.lastPathComponent) is not a .npy file")
+    }
+    let long = bytes[6] >= 2
+    let length = long ? Int(bytes[8]) | Int(bytes[9]) << 8 | Int(bytes[10]) << 16 | Int(bytes[11]) << 24
+                      : Int(bytes[8]) | Int(bytes[9]) << 8
+    let start = long ? 12 : 10
+    let header = String(decoding: bytes[start..<(start + length)], as: UTF8.self)
+    guard header.contains("'descr': '<f4'"), header.contains("'fortran_order': False"),
+          let open = header.range(of: "'shape': ("), let close = header[open.upperBound...].firstIndex(of: ")") else {
+        throw CheckError("\(url.lastPathComponent) is not little-endian float32 in C order")
+    }
+    let shape = header[open.upperBound..<close].split(separator: ",").compactMap {
+        Int($0.trimmingCharacters(in: .whitespaces))
+    }
+    var values = [Float](repeating: 0, count: shape.reduce(1, *))
+    let body = bytes[(start + length)...]
+    guard body.count == values.count * 4 else { throw CheckError("\(url.lastPathComponent) is truncated") }
+    values.withUnsafeMutableBytes { $0.copyBytes(from: body) }
+    return Npy(shape: shape, values: values)
+}
+
+func sha256(_ url: URL) throws -> String {
+    let handle = try FileHandle(forReadingFrom: url)
+    defer { try? handle.close() }
+    var hasher = SHA256()
+    while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty { hasher.update(data: chunk) }
+    return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+}
+
+func json(_ url: URL) throws -> [String: Any] {
+    guard let object = try JSONSerialization.jsonObject(with: Data(contentsOf: url)) as? [String: Any] else {
+        throw CheckError("\(url.lastPathComponent) is not a JSON object")
+    }
+    return object
+}
+
+/// JSON has no NaN or infinity: they travel as the strings vitexport reads back.
+func jsonNumber(_ value: Double) -> Any {
+    value.isFinite ? value : (value.isNaN ? "NaN" : (value > 0 ? "Infinity" : "-Infinity"))
+}
+
+/// The hardware model identifier, e.g. iPhone16,1.
+func machine() -> String {
+    var info = utsname()
+    uname(&info)
+    return withUnsafeBytes(of: &info.machine) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
+}
+
+func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+func milliseconds(since start: UInt64) -> Double { Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6 }

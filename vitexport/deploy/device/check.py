@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""Prove this package's model on this device: verify every file, run the golden inputs, compare
+with PyTorch's outputs, and write device-report.json for `vitexport verify --device-report`.
+
+usage: python3 check.py [--report PATH] [--warmup N] [--repeats N] [runtime options, see --help]
+
+Exit codes: 0 every output within the golden tolerance; 4 a file differs from manifest.json (nothing
+runs) or an output is out of tolerance; 3 the runtime (or the provider asked for) is not available
+here; 2 bad usage or a damaged package description; 1 the runtime failed.
+
+It needs Python 3.8 or newer, numpy and the runtime named in README.md, not vitexport: it is written
+by vitexport but runs where vitexport is not installed. The runtime is driven by runner.py, which
+this script loads only after its sha256 matched the manifest.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import stat
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MANIFEST_SCHEMA = "vitexport.package/1"
+GOLDEN_SCHEMA = "vitexport.golden/1"
+REPORT_SCHEMA = "vitexport.device-report/1"
+OK, FAILURE, USAGE, UNAVAILABLE, MISMATCH = 0, 1, 2, 3, 4
+
+
+class Stop(Exception):
+    """Ends the check with one line and an exit code."""
+
+    def __init__(self, code, line):
+        super().__init__(line)
+        self.code = code
+
+
+# --- integrity ----------------------------------------------------------------------------------------
+
+def read_json(path, what):
+    """A JSON file of the package, opened without blocking (a FIFO in its place is refused) and bounded."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError("not a regular file")
+            return json.loads(f.read(64 * 2**20).decode("utf-8"))
+    except (OSError, ValueError) as e:
+        raise Stop(USAGE, "cannot read {} {}: {}".format(what, path.name, e))
+
+
+def sha256_of(path):
+    """The file's sha256; a FIFO or device in its place is refused without blocking on it."""
+    fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+        h = hashlib.sha256()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def verify_files(folder, manifest):
+    """Every file manifest.json lists has its recorded size and sha256; exit 4 naming the first that does not."""
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise Stop(USAGE, "manifest.json lists no files")
+    for name in sorted(files):
+        entry = files[name]
+        parts = Path(name).parts
+        if Path(name).is_absolute() or ".." in parts or not isinstance(entry, dict):
+            raise Stop(USAGE, "manifest.json names {!r}, which is not a file of this package".format(name))
+        path = folder.joinpath(*parts)
+        try:
+            size = os.lstat(str(path)).st_size
+            digest = sha256_of(path) if size == entry.get("size") else None
+        except FileNotFoundError:
+            raise Stop(MISMATCH, "{}: missing (manifest.json lists it): the package is incomplete".format(name))
+        except OSError as e:
+            raise Stop(MISMATCH, "{}: cannot be verified ({})".format(name, e.strerror or e))
+        if digest != entry.get("sha256"):
+            raise Stop(MISMATCH, "{}: sha256 differs from manifest.json: the file is damaged or was changed; "
+                                 "copy the package again".format(name))
+    return len(files)
+
+
+def manifest_digest(folder):
+    return sha256_of(folder / "manifest.json")
+
+
+def load_runner(folder, manifest):
+    """runner.py (or the name the manifest gives), imported from its verified file."""
+    name = (manifest.get("runner") or {}).get("file", "runner.py")
+    spec = importlib.util.spec_from_file_location("vitexport_package_runner", str(folder / name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- golden data --------------------------------------------------------------------------------------
+
+def load_golden(folder):
+    import numpy as np
+
+    golden = read_json(folder / "golden" / "golden.json", "golden data")
+    if not isinstance(golden, dict) or golden.get("schema") != GOLDEN_SCHEMA:
+        raise Stop(USAGE, "golden/golden.json is not vitexport golden data ({})".format(GOLDEN_SCHEMA))
+    cases = []
+    for case in golden["cases"]:
+        x = np.load(str(folder / case["input"]), allow_pickle=False)
+        outputs = [np.load(str(folder / f), allow_pickle=False) for f in case["outputs"]]
+        cases.append({"name": case["name"], "batch": int(case["batch"]), "x": x, "reference": outputs})
+    return golden, cases
+
+
+def batches(x, batch):
+    """Rows of `x` in runs of exactly `batch` (a fixed-batch model needs them); the last run is padded
+    by repeating its final row. Yields (array, real rows)."""
+    import numpy as np
+
+    for start in range(0, len(x), batch):
+        part = x[start:start + batch]
+        real = len(part)
+        if real < batch:
+            part = np.concatenate([part, np.repeat(part[-1:], batch - real, axis=0)])
+        yield np.ascontiguousarray(part), real
+
+
+# --- comparison (the same rule as vitexport's parity check) -------------------------------------------
+
+def compare(reference, candidate, tol):
+    import numpy as np
+
+    ref = np.asarray(reference, dtype=np.float64)
+    cand = np.asarray(candidate, dtype=np.float64)
+    if ref.shape != cand.shape:
+        return {"passed": False, "reason": "shape {} != reference {}".format(list(cand.shape), list(ref.shape))}
+    diff = np.abs(ref - cand)
+    finite = bool(np.isfinite(cand).all())
+    denom = float(np.linalg.norm(ref) * np.linalg.norm(cand))
+    cosine = float(ref.ravel() @ cand.ravel() / denom) if denom > 0 else (1.0 if np.array_equal(ref, cand) else 0.0)
+    rows = ref.reshape(len(ref), -1), cand.reshape(len(cand), -1)
+    top1 = float(np.mean(rows[0].argmax(1) == rows[1].argmax(1))) if ref.ndim >= 2 and ref.size else 1.0
+    within = bool((diff <= tol["atol"] + tol["rtol"] * np.abs(ref)).all())
+    reasons = []
+    if not finite:
+        reasons.append("non-finite values")
+    if not within:
+        reasons.append("max abs error {:.3g} exceeds atol {:g} + rtol {:g}*|ref|".format(
+            float(diff.max()), tol["atol"], tol["rtol"]))
+    if cosine < tol["min_cosine"]:
+        reasons.append("cosine {:.6f} < {}".format(cosine, tol["min_cosine"]))
+    return {"passed": not reasons, "reason": "; ".join(reasons) or None,
+            "max_abs_error": float(diff.max()) if diff.size else 0.0, "cosine_similarity": cosine,
+            "top1_agreement": top1}
+
+
+# --- the device ---------------------------------------------------------------------------------------
+
+def first_line(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(4096).split(b"\n")[0].replace(b"\0", b"").decode("utf-8", "replace").strip() or None
+    except OSError:
+        return None
+
+
+def command_line(*command):
+    try:
+        out = subprocess.run(list(command), capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def device_facts():
+    """What this device is: its model, OS, CPU, and on a Jetson its L4T release and power mode."""
+    system = platform.system()
+    facts = {"os": platform.platform(), "machine": platform.machine(), "python": platform.python_version()}
+    if system == "Darwin":
+        facts["model"] = command_line("sysctl", "-n", "hw.model")
+        facts["cpu"] = command_line("sysctl", "-n", "machdep.cpu.brand_string")
+        facts["os"] = "macOS {} ({})".format(platform.mac_ver()[0], platform.machine())
+    elif system == "Linux":
+        facts["model"] = first_line("/proc/device-tree/model") or first_line(
+            "/sys/devices/virtual/dmi/id/product_name")
+        try:
+            with open("/proc/cpuinfo") as f:
+                facts["cpu"] = next((line.split(":", 1)[1].strip() for line in f
+                                     if line.lower().startswith(("model name", "hardware"))), None)
+        except OSError:
+            facts["cpu"] = None
+        release = first_line("/etc/nv_tegra_release")
+        if release:
+            facts["jetson_l4t"] = release
+            mode = command_line("nvpmodel", "-q")
+            facts["jetson_power_mode"] = next((line.split(":", 1)[1].strip() for line in (mode or "").splitlines()
+                                               if line.startswith("NV Power Mode")), None)
+    return facts
+
+
+# --- running ------------------------------------------------------------------------------------------
+
+def timed_case(runner, case, warmup, repeats):
+    """Outputs on every row of the case, and the latency of its first run (after warm-up runs)."""
+    import numpy as np
+
+    runs = list(batches(case["x"], case["batch"]))
+    first, _ = runs[0]
+    for _ in range(warmup):
+        runner.run(first)
+    times, outputs = [], None
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        result = runner.run(first)
+        times.append((time.perf_counter() - start) * 1000.0)
+        result = [np.array(o, copy=True) for o in result]  # a runtime may reuse its output buffers
+        outputs = outputs if outputs is not None else result
+    deterministic = all(same(a, b) for a, b in zip(outputs, result))
+    pieces = [[o[:runs[0][1]] for o in outputs]]
+    for part, real in runs[1:]:
+        pieces.append([np.array(o[:real], copy=True) for o in runner.run(part)])
+    joined = [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
+    times.sort()
+    timing = {"batch": case["batch"], "runs": len(times), "warmup": warmup, "mean_ms": sum(times) / len(times),
+              "p50_ms": times[len(times) // 2], "min_ms": times[0]}
+    return joined, timing, deterministic
+
+
+def same(a, b):
+    """Bit-identical outputs, NaN in the same places counting as equal (numpy 1.17 has no equal_nan)."""
+    import numpy as np
+
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return False
+    both_nan = np.isnan(a) & np.isnan(b) if a.dtype.kind == "f" and b.dtype.kind == "f" else False
+    return bool(np.all((a == b) | both_nan))
+
+
+def encoded(array):
+    """An output as JSON: shape and values; non-finite values as the strings NaN, Infinity, -Infinity."""
+    import numpy as np
+
+    values = np.asarray(array, dtype=np.float64).ravel().tolist()
+    if not all(math.isfinite(v) for v in values):
+        values = [v if math.isfinite(v) else ("NaN" if v != v else ("Infinity" if v > 0 else "-Infinity"))
+                  for v in values]
+    return {"shape": list(np.shape(array)), "data": values}
+
+
+def write_report(path, report):
+    tmp = path.with_name(".{}.tmp{}".format(path.name, os.getpid()))
+    try:
+        with open(tmp, "w") as f:
+            json.dump(report, f, allow_nan=False)  # one line: it holds every output value
+            f.write("\n")
+        os.replace(str(tmp), str(path))
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def main(argv=None):
+    manifest = read_json(HERE / "manifest.json", "manifest")
+    if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
+        raise Stop(USAGE, "manifest.json is not a vitexport package manifest ({})".format(MANIFEST_SCHEMA))
+    count = verify_files(HERE, manifest)  # before anything of the package is read or run
+    runner_module = load_runner(HERE, manifest)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--report", type=Path, default=HERE / "device-report.json",
+                        help="where to write the report (default: device-report.json in this folder)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed runs before timing each case (default 3)")
+    parser.add_argument("--repeats", type=int, default=10, help="timed runs of each case's first batch (default 10)")
+    if hasattr(runner_module, "add_arguments"):
+        runner_module.add_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.warmup < 0 or args.repeats < 1:
+        raise Stop(USAGE, "--warmup must be >= 0 and --repeats >= 1")
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        raise Stop(UNAVAILABLE, "this check needs numpy: pip install numpy")
+    golden, cases = load_golden(HERE)
+    settings = dict((manifest.get("runner") or {}).get("settings") or {})
+    start = time.perf_counter()
+    try:
+        runner = runner_module.open_runner(HERE, settings, args)
+    except ImportError as e:
+        raise Stop(UNAVAILABLE, "{} cannot run here ({}); see README.md".format(
+            manifest["runner"].get("runtime", "the runtime"), e))
+    load_ms = (time.perf_counter() - start) * 1000.0
+    tol = golden["tolerance"]
+    results, timings, deterministic, lines = [], {}, True, []
+    try:
+        for case in cases:
+            outputs, timing, same = timed_case(runner, case, args.warmup, args.repeats)
+            deterministic = deterministic and same
+            timings[case["name"]] = timing
+            checks = []
+            for name, ref, out in zip(golden["output_names"], case["reference"], outputs):
+                checks.append(dict(output=name, **compare(ref, out, tol)))
+            results.append({"name": case["name"], "outputs": {n: encoded(o) for n, o in
+                                                             zip(golden["output_names"], outputs)},
+                            "checks": checks})
+            for c in checks:
+                lines.append("  {:<14} {:<12} max |d| {:<9} cosine {:<9} {:>8.3f} ms  {}".format(
+                    case["name"], c["output"], "{:.3g}".format(c.get("max_abs_error", float("nan"))),
+                    "{:.6f}".format(c.get("cosine_similarity", float("nan"))), timing["p50_ms"],
+                    "ok" if c["passed"] else "FAIL: " + str(c["reason"])))
+    finally:
+        if hasattr(runner, "close"):
+            runner.close()
+    passed = deterministic and all(c["passed"] for r in results for c in r["checks"])
+    facts = dict(device_facts(), **dict(getattr(runner, "facts", {}) or {}))
+    report = {
+        "schema": REPORT_SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "package": {"name": HERE.name, "manifest_sha256": manifest_digest(HERE), "target": manifest.get("target"),
+                    "backend": manifest["artifact"]["backend"], "artifact": manifest["artifact"]["file"],
+                    "files_verified": count},
+        "device": facts,
+        "timings": {"load_ms": load_ms, "cases": timings},
+        "deterministic": deterministic,
+        "verdict": {"passed": passed, "tolerance": tol,
+                    "failures": ["{} {}: {}".format(r["name"], c["output"], c["reason"])
+                                 for r in results for c in r["checks"] if not c["passed"]]
+                    + ([] if deterministic else ["the same input gave different outputs twice"])},
+        "cases": results,
+    }
+    args.report = args.report if args.report.is_absolute() else Path.cwd() / args.report
+    write_report(args.report, report)
+    where = ", ".join(str(facts[k]) for k in ("model", "runtime", "provider", "compute_units") if facts.get(k))
+    print("{} on {}: {} files verified".format(manifest["artifact"]["file"], where or facts["os"], count))
+    print("\n".join(lines))
+    print("{} (atol {:g}, rtol {:g}, min cosine {}); report: {}".format(
+        "PASS" if passed else "FAIL", tol["atol"], tol["rtol"], tol["min_cosine"], args.report))
+    print("send it back and judge it: vitexport verify --device-report device-report.json --package {}".format(
+        HERE.name))
+    return OK if passed else MISMATCH
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Stop as stop:
+        print("check: " + str(stop), file=sys.stderr)
+        sys.exit(stop.code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as e:  # the runtime failed: one line, not a traceback
+        if os.environ.get("VITEXPORT_DEBUG"):
+            raise
+        text = (str(e).strip().splitlines() or [""])[0][:300]
+        print("check: the runtime failed: {}: {} (set VITEXPORT_DEBUG=1 for a traceback)".format(
+            type(e).__name__, text), file=sys.stderr)
+        sys.exit(FAILURE)

@@ -1,0 +1,107 @@
+"""A package's manifest.json: sha256 and size of every other file in the folder, the versions that
+made it, the target, the artifact and how the check runs it. Its own sha256 names the package: a
+device report carries it, so a report is judged only against the package it came from.
+
+A folder is vitexport's to replace when it holds a readable manifest of this schema (or is empty,
+or is a Jetson bundle of earlier versions, known by its bundle.json); anything else is the user's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..environment import NotARegularFile, sha256_file
+from ..errors import UsageError
+from ..jsonfile import read_json
+
+SCHEMA = "vitexport.package/1"
+NAME = "manifest.json"
+MAX_BYTES = 16 * 2**20  # a manifest lists a few hundred files at most
+
+
+def file_entries(folder: Path) -> dict[str, dict[str, Any]]:
+    """Every file under `folder` but the manifest, by its path relative to it (with '/')."""
+    entries = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
+        name = path.relative_to(folder).as_posix()
+        if name != NAME:
+            entries[name] = {"sha256": sha256_file(path), "size": path.stat().st_size}
+    return entries
+
+
+def write(folder: Path, content: dict[str, Any]) -> str:
+    """Write manifest.json (the files listed now, so it is written last); return its sha256."""
+    data = {"schema": SCHEMA, **content, "files": file_entries(folder)}
+    (folder / NAME).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return sha256_file(folder / NAME)
+
+
+def read(folder: Path) -> dict[str, Any]:
+    """The manifest of the package `folder`; UsageError (exit 2) when it is not one."""
+    path = Path(folder) / NAME
+    if not path.exists():
+        raise UsageError(f"{folder} is not a vitexport package (it has no {NAME})")
+    data = read_json(path, "package manifest", max_bytes=MAX_BYTES)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise UsageError(f"{path} is not a vitexport package manifest (schema {SCHEMA})")
+    files = data.get("files")
+    if not isinstance(files, dict) or not all(
+            isinstance(k, str) and _inside(k) and isinstance(v, dict) and isinstance(v.get("sha256"), str)
+            and isinstance(v.get("size"), int) for k, v in files.items()):
+        raise UsageError(f"{path} is damaged: its files are not a list of names with sha256 and size")
+    for key, kind in (("artifact", dict), ("runner", dict), ("target", str)):
+        if not isinstance(data.get(key), kind):
+            raise UsageError(f"{path} is damaged: {key} is missing")
+    return data
+
+
+def digest(folder: Path) -> str:
+    return sha256_file(Path(folder) / NAME)
+
+
+def changed(folder: Path, manifest: dict[str, Any], names: list[str] | None = None) -> str | None:
+    """The first of `names` (default: every listed file) whose size or sha256 is not the manifest's,
+    as a sentence; None when all match."""
+    files = manifest["files"]
+    for name in names if names is not None else sorted(files):
+        if name not in files:
+            return f"{name} is not in its manifest"
+        path = Path(folder).joinpath(*name.split("/"))
+        try:
+            same = path.stat().st_size == files[name]["size"] and sha256_file(path) == files[name]["sha256"]
+        except FileNotFoundError:
+            return f"{name} is missing"
+        except (NotARegularFile, OSError) as e:
+            return f"{name} cannot be read ({e})"
+        if not same:
+            return f"{name}: sha256 differs from manifest.json"
+    return None
+
+
+def is_ours(folder: Path) -> bool:
+    """Whether vitexport may replace `folder`: an earlier package (its manifest readable), an empty
+    folder, or a Jetson bundle of earlier vitexport versions. Never a link or a file."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    if not any(folder.iterdir()):
+        return True
+    try:
+        read(folder)
+        return True
+    except UsageError:
+        pass
+    bundle = folder / "bundle.json"
+    if bundle.is_file() and not bundle.is_symlink():
+        try:
+            old = read_json(bundle, "bundle", max_bytes=MAX_BYTES)
+        except UsageError:
+            return False
+        return isinstance(old, dict) and {"trtexec", "input_name", "precision"} <= set(old)
+    return False
+
+
+def _inside(name: str) -> bool:
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and all(p not in ("", ".", "..") for p in parts) and "\\" not in name

@@ -53,6 +53,7 @@ def timing_cell(job: dict) -> dict:
     """job: artifact, bench_target, batch, settings (plan.Bench.settings()), seed, device, scratch (a
     folder for the bench's own report files, removed afterwards)."""
     from .. import api
+    from ..errors import BackendUnavailable, RuntimeFailure
     from ..staging import staging
 
     t0 = time.perf_counter()
@@ -64,13 +65,19 @@ def timing_cell(job: dict) -> dict:
                                iters=s["iters"], budget_s=s["budget_s"], rounds=s["rounds"], roofline=s["roofline"],
                                seed=job["seed"], out_dir=scratch, label=job["device"],
                                trust_code=True)  # the plan names the model: its code is the user's own request
+    except (BackendUnavailable, RuntimeFailure) as e:  # nothing could be timed: the report says why
+        report = getattr(e, "result", None)
+        if not isinstance(report, dict):
+            return {"status": "error", "reason": describe(e), "rows": [], "machine": None,
+                    "seconds": time.perf_counter() - t0}
     except Exception as e:
         return {"status": "error", "reason": describe(e), "rows": [], "machine": None,
                 "seconds": time.perf_counter() - t0}
     rows = report["results"]
     missing = [r for r in rows if not r.get("available")]
     machine = {k: report.get(k) for k in ("fingerprint", "settings", "roofline", "roofline_int8", "roofline_cuda")}
-    return {"status": "unavailable" if missing else "timed", "reason": missing[0].get("reason") if missing else None,
+    status = "timed" if not missing else "error" if any(r.get("failed") for r in missing) else "unavailable"
+    return {"status": status, "reason": missing[0].get("reason") if missing else None,
             "rows": rows, "machine": machine, "seconds": time.perf_counter() - t0}
 
 

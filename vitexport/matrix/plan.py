@@ -69,7 +69,7 @@ class Bench:
     warmup_s: float = 1.0
     iters: int | None = None
     budget_s: float = 5.0
-    rounds: int = 1
+    rounds: int | None = None  # None: as bench decides (enough short rounds to fill budget_s, at least 8)
     roofline: bool = True
     devices: tuple[str, ...] = (DEFAULT_DEVICE,)
 

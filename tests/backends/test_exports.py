@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ZOO, zoo_spec
+from zoo_models import ZOO, zoo_spec
 from vitexport import api, backends, sidecar
 from vitexport.backends.base import ExportOptions
 from vitexport.errors import ExportError, ParityError

@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
+import os
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-ZOO_FILE = ROOT / "samples" / "models" / "zoo.py"
-
-
-def _zoo_factories() -> list[str]:
-    """Every `*_vit` factory in the zoo file, so a new entry is tested by default."""
-    spec = importlib.util.spec_from_file_location("vitexport_test_zoo", ZOO_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return sorted(n for n, f in inspect.getmembers(module, inspect.isfunction)
-                  if n.endswith("_vit") and f.__module__ == module.__name__)
-
-
-ZOO = _zoo_factories()
-
-
-def zoo_spec(name: str) -> str:
-    return f"{ZOO_FILE}:{name}"
+# pytest-xdist runs two workers on two cores: one BLAS/OpenMP thread each instead of two keeps them
+# from oversubscribing the cores (the suite runs about a tenth faster). Set before torch is imported;
+# tests of thread settings set their own, and bench workers set theirs explicitly.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture

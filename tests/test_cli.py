@@ -7,7 +7,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from conftest import zoo_spec
+from zoo_models import zoo_spec
 from vitexport.cli import app
 
 runner = CliRunner()

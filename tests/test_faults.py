@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import zoo_spec
+from zoo_models import zoo_spec
 from output_kinds import EXPECTED
 from vitexport import api, sidecar
 from vitexport.cli import app

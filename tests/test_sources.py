@@ -3,7 +3,7 @@ import pickle
 import pytest
 import torch
 
-from conftest import zoo_spec
+from zoo_models import zoo_spec
 from vitexport.errors import ConfigError, SourceError, WeightsError
 from vitexport.model import build
 from vitexport.configs import PRESETS

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("coremltools")
 
-from conftest import ZOO, zoo_spec  # noqa: E402
+from zoo_models import ZOO, zoo_spec  # noqa: E402
 from vitexport import api, sidecar  # noqa: E402
 from vitexport.backends.coreml.options import CoreMLOptions  # noqa: E402
 from vitexport.errors import ParityError, UsageError  # noqa: E402

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT
+from zoo_models import ROOT
 from vitexport import api, backends, sidecar
 from vitexport.backends.executorch.options import ExecuTorchOptions
 from vitexport.cli import app
@@ -258,9 +258,10 @@ def test_coreml_delegate_is_checked_through_its_embedded_program(out_dir, tmp_pa
     assert Path(result["artifact"]).name == "tiny-depth1-coreml-fp16.pte"
     assert api.verify(result["artifact"])["parity"]["passed"]
     if result["provider"] != "executorch-coreml":  # off Apple devices the program is checked, not timed
-        report = api.bench(None, ["executorch"], [1], artifacts=[result["artifact"]], iters=1, warmup_iters=0,
-                           warmup_s=0, budget_s=None, out_dir=tmp_path / "bench", roofline=False)
-        row = next(r for r in report["results"] if r["backend"] == "executorch")
+        with pytest.raises(BackendUnavailable) as raised:  # the only row asked for cannot run: exit 3
+            api.bench(None, ["executorch"], [1], artifacts=[result["artifact"]], iters=1, warmup_iters=0,
+                      warmup_s=0, budget_s=None, out_dir=tmp_path / "bench", roofline=False)
+        row = next(r for r in raised.value.result["results"] if r["backend"] == "executorch")
         assert not row["available"] and "Apple devices" in row["reason"]
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ZOO, zoo_spec
+from zoo_models import ZOO, zoo_spec
 from vitexport import api, backends, sidecar
 from vitexport.backends.base import ExportOptions
 from vitexport.errors import ExportError, ParityError
@@ -16,8 +16,9 @@ from vitexport.sources import SourceSpec
 DIRECT = [be.name for be in backends.exporters() if be.builds_from is None]
 FULL_DEPTH = ["tiny", "small", "base"]  # the standard sizes, as users get them (base marked slow)
 # A 12-block ViT takes ExecuTorch 20-60 s to lower: its full-size cases here (small and base at full
-# depth, timm's ViT-Ti, torchvision's ViT-B) would cost CI minutes while adding no coverage its own
-# tests (tests/backends/test_executorch.py: full-depth tiny, torchvision's ViT) and benchmarks/ give.
+# depth, timm's ViT-Ti, torchvision's ViT-B; tiny is there already) would cost CI minutes while adding no
+# coverage its own tests (tests/backends/test_executorch.py: full-depth tiny, torchvision's ViT) and
+# benchmarks/ give.
 SLOW_LOWERING = {"executorch"}
 FULL_SIZE = [b for b in DIRECT if b not in SLOW_LOWERING]
 VARIANTS = {"base-32": {"depth": 2}, "base-384": {"depth": 1}, "small-gap": {"depth": 2}, "tiny-relu": {"depth": 2}}
@@ -43,7 +44,7 @@ def export(backend, spec, out_dir, **options):
 
 
 PRESET_CASES = [pytest.param(b, p, marks=[pytest.mark.slow] if p == "base" else [], id=f"{p}-{b}")
-                for p in FULL_DEPTH for b in (DIRECT if p == "tiny" else FULL_SIZE)]
+                for p in FULL_DEPTH for b in FULL_SIZE]
 
 
 @pytest.mark.parametrize("backend,preset", PRESET_CASES)

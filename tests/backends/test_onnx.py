@@ -55,7 +55,7 @@ def test_metadata_and_names_are_embedded(out_dir):
 
 
 def test_auto_falls_back_to_dynamo_and_records_why(out_dir):
-    from conftest import zoo_spec
+    from zoo_models import zoo_spec
 
     # lazy_vit takes a normalised shape from x.shape, which the legacy exporter cannot keep dynamic.
     result = export(out_dir, spec=SourceSpec(zoo_spec("lazy_vit")), dynamic_batch=True)

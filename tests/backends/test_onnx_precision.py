@@ -10,7 +10,7 @@ import onnx
 import pytest
 from PIL import Image
 
-from conftest import ZOO, zoo_spec
+from zoo_models import ZOO, zoo_spec
 from vitexport import api, sidecar
 from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.errors import ParityError, UsageError

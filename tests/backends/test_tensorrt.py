@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ZOO, zoo_spec
+from zoo_models import ZOO, zoo_spec
 from vitexport import api
 from vitexport.errors import BackendUnavailable, ExitCode, RuntimeFailure, UsageError
 from vitexport.sources import SourceSpec

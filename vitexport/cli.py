@@ -493,6 +493,47 @@ def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON repor
 
 @app.command()
 @handle_errors
+def matrix(plan: Annotated[Path, typer.Argument(help="The plan: models, targets and bench settings (TOML, see "
+                                                     "the README).")],
+           out: Annotated[Path, typer.Option("--out", "-o", help="Matrix folder: artifacts, cache, reports.")] =
+           Path("vitexport-out/matrix"),
+           workers: Annotated[int, typer.Option(
+               help="Export processes on this machine; timings always run alone.")] = 1,
+           ray: Annotated[Optional[str], typer.Option(
+               "--ray", metavar="local|ADDRESS",
+               help="Run the cells on Ray: `local` starts a cluster here, an ADDRESS joins one (needs "
+                    "vitexport[ray]).")] = None,
+           device: Annotated[str, typer.Option(
+               help="This machine's name among the plan's devices (and a local Ray cluster's device).")] = "local",
+           as_json: JsonOpt = False,
+           quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")] = False,
+           ) -> None:
+    """Export, verify and time models × targets × devices from a plan; cached, resumable, local or on Ray.
+    Exit 4 if a cell failed its check, 1 if one raised, 3 if none could run here."""
+    from .matrix.plan import load_plan
+    from .matrix.run import run
+
+    spec = load_plan(plan)
+    with stdout_to_stderr(as_json):
+        result = run(spec, out, workers=workers, ray=ray, device=device, progress=None if quiet else said)
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        from .matrix.show import summary
+
+        summary(result)
+    code = result["matrix"]["exit_code"]
+    if code:
+        counts = result["matrix"]["counts"]
+        what = {ExitCode.PARITY: f"{counts.get('failed', 0)} cell(s) failed their check",
+                ExitCode.FAILURE: f"{counts.get('error', 0)} cell(s) raised an error",
+                ExitCode.UNAVAILABLE: "no cell could run here"}[code]
+        said(f"matrix: {what} (see {result['files']['md']})")
+        raise typer.Exit(code)
+
+
+@app.command()
+@handle_errors
 def doctor(as_json: JsonOpt = False) -> None:
     """What this machine can export and run with each backend, and why not; its CPU, GPU and libraries."""
     from .doctor import doctor as diagnose

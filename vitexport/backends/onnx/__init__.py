@@ -118,27 +118,13 @@ class OnnxBackend(Backend):
         return [Candidate(label, options, timer) for label, options in found]
 
     def refine(self, loaded, options: OnnxOptions, path: Path, record):
-        """int8 that failed its check: keep the encoder block that adds the most error in float."""
-        if options.precision != "int8":
-            return None
-        from dataclasses import replace
-
-        from ...inputs import random_pixels
+        """int8 that failed its check: keep the encoder block (or the stem) that adds the most error in float."""
+        from ..int8_search import keep_most_sensitive
         from .localize import STEM, sensitive_blocks, stem_scopes
 
-        pre = loaded.preprocessing
-        x = random_pixels((4, *loaded.input_shape[1:]), 1, pre.get("mean"), pre.get("std"))
-        if not record.dynamic_batch:
-            x = x[:loaded.input_shape[0]]
-        ranked = sensitive_blocks(loaded, path, x, record.input_names[0])
-        if isinstance(ranked, str):
-            return None
-        for unit, added in ranked:
-            scopes = stem_scopes(path, loaded) if unit == STEM else (unit,)
-            if scopes and not set(scopes) <= set(options.search_keep):
-                note = f"keeping {unit} in float (it adds {added:.3g} relative error)"
-                return replace(options, search_keep=options.search_keep + tuple(scopes)), note
-        return None  # every block and the stem are float already: nothing left to try
+        return keep_most_sensitive(loaded, options, record,
+                                   lambda x: sensitive_blocks(loaded, path, x, record.input_names[0]),
+                                   lambda unit: stem_scopes(path, loaded) if unit == STEM else (unit,))
 
     def kept_float(self, options: OnnxOptions) -> list[str]:
         return list(options.keep_fp32 + options.search_keep)

@@ -214,8 +214,18 @@ def _openvino(library: str, dtype: str, n: int, threads: int):
     pa, pb = ops.parameter([n, n], ov.Type.f32, name="a"), ops.parameter([n, n], ov.Type.f32, name="b")
     model = ov.Model([ops.matmul(pa, pb, False, False)], [pa, pb], "gemm")
     # f32 pinned: without a hint OpenVINO picks bf16 on CPUs that have it, and the rate would be bf16's.
-    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": hint, "INFERENCE_NUM_THREADS": threads,
-                                                 "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1})
+    config = {"INFERENCE_PRECISION_HINT": hint, "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+              "NUM_STREAMS": 1}
+    try:
+        compiled = core.compile_model(model, "CPU", config)
+    except RuntimeError as e:
+        if hint != "bf16":
+            raise
+        # A CPU whose instruction set is capped (ONEDNN_MAX_CPU_ISA) still lists BF16 but has no bf16 kernels.
+        from .backends.openvino.devices import first_line
+
+        raise BackendUnavailable(f"OpenVINO lists bf16 but cannot compile a bf16 product here: {first_line(e)}") \
+            from None
     request = compiled.create_infer_request()
     request.set_input_tensor(0, ov.Tensor(a))
     request.set_input_tensor(1, ov.Tensor(b))

@@ -79,6 +79,10 @@ EXPORT_PARAMS = SOURCE_PARAMS + [
 
 # --- errors, output -----------------------------------------------------------------------------------
 
+# What an interrupted command leaves, when it is not "nothing at the target path".
+AFTER_INTERRUPTION = {"matrix": "the cells that finished are kept: run it again to resume"}
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Turn library exceptions into one line on stderr and the contract's exit code."""
     from .render import escape, stderr_console
@@ -102,8 +106,8 @@ def handle_errors(fn: Callable) -> Callable:
             stderr_console().print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code)
         except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM, SIGHUP...: cleanup has run
-            said(f"interrupted{f' by {e}' if isinstance(e, Terminated) else ''}; nothing was written at the "
-                 "target path")
+            kept = AFTER_INTERRUPTION.get(fn.__name__, "nothing was written at the target path")
+            said(f"interrupted{f' by {e}' if isinstance(e, Terminated) else ''}; {kept}")
             raise typer.Exit(interrupted_exit_code(e))
         except typer.Exit:
             raise

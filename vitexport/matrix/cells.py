@@ -128,7 +128,8 @@ def unpack(packed: dict, folder: Path) -> Path:
     folder = Path(folder)
     for name, data in packed["files"]:
         target = folder / name
-        if Path(name).is_absolute() or ".." in Path(name).parts or not target.resolve().is_relative_to(folder.resolve()):
+        outside = not target.resolve().is_relative_to(folder.resolve())
+        if Path(name).is_absolute() or ".." in Path(name).parts or outside:
             raise ParityError(f"refusing a packed file outside its folder: {name!r}")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)

@@ -209,7 +209,8 @@ def write_markdown(merged: dict, path: Path) -> None:
                  f"{n} {status}" for status, n in sorted(m["counts"].items())) + f" (exit {m['exit_code']}).", ""]
     if m["fastest"]:
         lines += ["## Fastest verified artifact per model and device", "",
-                  "| model | device | batch | fastest | p50 ms | images/s | cosine | of |", "|---|---|---|---|---|---|---|---|"]
+                  "| model | device | batch | fastest | p50 ms | images/s | cosine | of |",
+                  "|---|---|---|---|---|---|---|---|"]
         for f in m["fastest"]:
             b = f["best"]
             lines.append(f"| {f['model']} | {f['device']} | {f['batch']} | {b['target']} ({b['bench_target']}) | "

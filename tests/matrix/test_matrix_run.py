@@ -1,6 +1,6 @@
 """Running a matrix on this machine: every cell exported, verified and timed; a re-run redoes
 nothing; a changed option redoes only its cells; a killed run resumes; a failed cell exits 4 after
-the rest finished. Cache hits are counted, never timed."""
+the rest finished; `--ray local` gives the same cells and parity. Cache hits are counted, never timed."""
 
 from __future__ import annotations
 
@@ -132,6 +132,29 @@ def test_changing_one_option_redoes_only_its_cells(first, tmp_path):
         redone = cell["precision"] == "int8"
         assert cell["export"]["cached"] is not redone and cell["timings"][0]["cached"] is not redone
         assert cell["status"] == "passed"
+
+
+@pytest.mark.slow  # a Ray cluster and four exports and timings from scratch: ~20 s on two cores
+def test_ray_local_gives_the_same_cells_and_parity(first, tmp_path):
+    ray = pytest.importorskip("ray")
+    plan, _, _, here, _ = first
+    code, merged, stderr = matrix_cli(plan, tmp_path / "out", "--ray", "local")
+    assert code == 0, stderr
+    assert not ray.is_initialized()  # the cluster it started is stopped
+    assert ran(merged) == (4, 4)  # run on Ray, not taken from anywhere
+    on_ray, local = cells_by_id(merged), cells_by_id(here)
+    assert on_ray.keys() == local.keys()
+    for cell_id, cell in on_ray.items():
+        assert cell["status"] == local[cell_id]["status"] == "passed"
+        assert cell["export"]["node"] not in (None, "local") and cell["timings"][0]["node"] == cell["export"]["node"]
+        ray_parity, local_parity = cell["parity"], local[cell_id]["parity"]
+        assert ray_parity["passed"] and ray_parity["top1_agreement"] == local_parity["top1_agreement"]
+        for metric in ("max_abs_error", "mean_abs_error", "cosine_similarity"):  # other threads, other sums
+            assert ray_parity[metric] == pytest.approx(local_parity[metric], rel=0.05, abs=1e-6), metric
+        (row,) = cell["timings"][0]["rows"]
+        assert row["available"] and row["batch_size"] == 1 and row["p50_ms"] > 0
+    assert {(f["model"], f["device"], f["batch"]) for f in merged["matrix"]["fastest"]} == \
+           {(f["model"], f["device"], f["batch"]) for f in here["matrix"]["fastest"]}
 
 
 def test_a_changed_artifact_is_exported_again(first, tmp_path):

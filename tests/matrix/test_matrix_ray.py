@@ -37,8 +37,6 @@ precision = "int8"
 options = {{ dynamic_batch = true, quant = "static", calibration_images = "{ROOT / 'samples' / 'images'}" }}
 """
 
-pytestmark = pytest.mark.xdist_group("matrix-ray")  # one worker builds the module's shared runs once
-
 
 @pytest.fixture(scope="module")
 def cluster():

@@ -49,8 +49,6 @@ backend = "onnx"
 precision = "int8"
 """
 
-pytestmark = pytest.mark.xdist_group("matrix-run")  # one worker builds the module's shared runs once
-
 
 def matrix_cli(plan: Path, out: Path, *args) -> tuple[int, dict, str]:
     result = CliRunner().invoke(app, ["matrix", str(plan), "--out", str(out), "--json", *map(str, args)])

@@ -231,13 +231,9 @@ def peak_rss_mb() -> float:
 
     Linux's ru_maxrss survives fork and exec, so a worker started from a large parent would report
     the parent's peak; VmHWM belongs to the running program alone, so it is read first."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024 / 1e6  # kB
-    except OSError:
-        pass
+    hwm = proc_mb("/proc/self/status", "VmHWM")
+    if hwm is not None:
+        return hwm
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -247,10 +243,16 @@ def peak_rss_mb() -> float:
 def current_rss_mb() -> float | None:
     """This process's resident memory now in MB (Linux), or None where it cannot be read: a batch
     sweep projects from it whether the next batch still fits."""
+    return proc_mb("/proc/self/status", "VmRSS")
+
+
+def proc_mb(path: str, name: str) -> float | None:
+    """A kB field of a Linux /proc file (`VmRSS` of /proc/self/status, `MemAvailable` of /proc/meminfo)
+    in MB (10^6 bytes), or None where it cannot be read."""
     try:
-        with open("/proc/self/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(name + ":"):
                     return int(line.split()[1]) * 1024 / 1e6
     except OSError:
         pass

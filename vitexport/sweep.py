@@ -86,14 +86,9 @@ def memory_short(rss_mb: dict[int, float], batch: int, available_mb: float | Non
 
 def available_mb() -> float | None:
     """MemAvailable from /proc/meminfo in MB (10^6 bytes), or None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 / 1e6
-    except OSError:
-        pass
-    return None
+    from .bench import proc_mb
+
+    return proc_mb("/proc/meminfo", "MemAvailable")
 
 
 def run(first, new_cell: Callable[[int], object], pair: Callable[[object, object, int], None],

@@ -16,7 +16,8 @@ A trial counts as an alarm when the command exits 5. At 1.0x an alarm is false; 
 is a detection. "inconclusive" (exit 0 with a warning) is counted apart.
 
 Writes RESULTS/false-alarms.json (every trial) and RESULTS/false-alarms.md (the rates). At the
-defaults (20 trials, 2 threads, --budget-s 5) a 2-vCPU machine takes about 2 hours.
+defaults (20 trials, 2 threads, --budget-s 5) a 2-vCPU machine takes one to two hours; both files
+are rewritten after every trial, so an interrupted study keeps what it measured.
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def markdown(result: dict) -> str:
     lines = ["# Bench regression gates: false alarms and detections", "",
              f"Machine: {fp.get('cpu')}, {fp.get('usable_cores')} usable cores, threads {result['threads']}; "
              f"vitexport bench --budget-s {result['budget_s']}; {result['trials']} trials per cell; "
-             f"{result['started']} to {result['finished']}.", "",
+             f"{result['started']} to {result['finished']}"
+             + (" (partial: interrupted before the last trial)." if result.get("partial") else "."), "",
              "Command: `" + result["command"] + "`", "",
              "| variant | FLOPs | measured speed ratio (95 % interval) |", "|---|---|---|"]
     for label, r in result["ratios"].items():
@@ -160,6 +162,7 @@ def main() -> None:
     flops = {label: tiny.replace(**parse_overrides(VARIANTS[label])).gflops() / tiny.gflops() for label in labels}
     print("measuring each variant's real ratio", flush=True)
     ratios = {label: measured_ratio(args.work, base, cands[label], args.threads) for label in labels}
+    machine = fingerprint(int(args.threads))
     trials = []
     for i in range(args.trials):
         for label in labels:
@@ -168,14 +171,22 @@ def main() -> None:
                 trials.append(t)
                 print(json.dumps({k: t.get(k) for k in ("trial", "gate", "slowdown", "exit", "verdict", "ratio")}),
                       flush=True)
-    result = {"command": " ".join(["python benchmarks/false_alarms.py", *sys.argv[1:]]), "trials": args.trials,
-              "budget_s": args.budget_s, "threads": args.threads, "started": started,
-              "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": fingerprint(int(args.threads)),
-              "flops": flops, "ratios": ratios, "summary": summarise(trials), "runs": trials}
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "false-alarms.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    (args.results / "false-alarms.md").write_text(markdown(result))
+        # Written after every trial (marked partial until the last): an interrupted study keeps what it measured.
+        result = {"command": " ".join(["python benchmarks/false_alarms.py", *sys.argv[1:]]), "trials": i + 1,
+                  "partial": i + 1 < args.trials, "budget_s": args.budget_s, "threads": args.threads,
+                  "started": started, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine,
+                  "flops": flops, "ratios": ratios, "summary": summarise(trials), "runs": trials}
+        write(args.results, result)
     print(markdown(result))
+
+
+def write(results: Path, result: dict) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    for name, text in (("false-alarms.json", json.dumps(result, indent=2, default=str) + "\n"),
+                       ("false-alarms.md", markdown(result))):
+        tmp = results / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.replace(results / name)
 
 
 if __name__ == "__main__":

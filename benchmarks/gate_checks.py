@@ -5,7 +5,8 @@
 2. with the baseline given as an artifact, a model with 1.33x the compute (`--set depth=16 --name
    tiny`) is caught 3 times out of 3, and a re-export of the same model passes 3 times out of 3;
 3. bench's ONNX Runtime p50 lies within +-20 % of an independent ONNX Runtime loop (its own process,
-   the same threads, 10 s) taken just before and one taken just after it;
+   the same threads, 10 s) taken just before and one taken just after it, with the steal time of each;
+   once on a rested machine (before 1 and 2) and once after 1 and 2;
 4. no roofline fraction of any of these runs is above 1.0 (in the JSON, or printed in the table).
 
     python benchmarks/gate_checks.py [--work DIR] [--results DIR] [--threads N]
@@ -32,10 +33,14 @@ name = s.get_inputs()[0].name
 x = np.random.default_rng(0).standard_normal((1, 3, 224, 224), dtype=np.float32)
 end = time.perf_counter() + 1.0
 while time.perf_counter() < end: s.run(None, {name: x})
-t, end = [], time.perf_counter() + seconds
+def cpu():  # (steal, all) jiffies from /proc/stat's first line
+    f = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+    return f[7] if len(f) > 7 else 0, sum(f[:8])
+(s0, a0), t, end = cpu(), [], time.perf_counter() + seconds
 while time.perf_counter() < end:
     t0 = time.perf_counter(); s.run(None, {name: x}); t.append((time.perf_counter() - t0) * 1000)
-print(float(np.median(t)))
+s1, a1 = cpu()
+print(float(np.median(t)), (s1 - s0) / max(a1 - a0, 1))
 """
 
 
@@ -61,10 +66,30 @@ def bench(args: list[str], json_path: Path) -> dict:
             "error": err.strip().splitlines()[-1] if code not in (0, 5) and err.strip() else None}
 
 
-def loop_p50(artifact: Path, threads: int) -> float:
+def loop_p50(artifact: Path, threads: int) -> tuple[float, float]:
+    """An independent ONNX Runtime loop: (its median in ms, the share of CPU time stolen while it ran)."""
     out = subprocess.run([sys.executable, "-c", LOOP, str(artifact), str(threads), "10"], capture_output=True,
                          text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    median_ms, steal = out.stdout.strip().splitlines()[-1].split()
+    return float(median_ms), float(steal)
+
+
+def p50_check(base: Path, threads: int, thread_args: list[str], out: Path, label: str) -> dict:
+    """bench's ONNX Runtime p50 against independent loops taken just before and just after it."""
+    (before, steal_before) = loop_p50(base, threads)
+    timed = bench([str(base), "--backend", "onnxruntime", *thread_args, "--out", str(out)], out.with_suffix(".json"))
+    (after, steal_after) = loop_p50(base, threads)
+    p50 = timed["p50_ms"].get("onnxruntime")
+    within = [abs(p50 / loop - 1) <= 0.20 for loop in (before, after)] if p50 else [False, False]
+    return {"when": label, "loop_before_ms": before, "bench_ms": p50, "loop_after_ms": after,
+            "steal_before": steal_before, "steal_after": steal_after, "run": timed, "within_20pct": within,
+            "passed": all(within)}
+
+
+def p50_detail(c: dict) -> str:
+    return (f"{c['when']}: loop {c['loop_before_ms']:.2f} ms (steal {c['steal_before']:.0%}), bench "
+            f"{c['bench_ms'] or 0:.2f} ms (steal {(c['run']['conditions'].get('steal') or {}).get('mean', 0):.0%}), loop "
+            f"{c['loop_after_ms']:.2f} ms (steal {c['steal_after']:.0%})")
 
 
 def main() -> None:
@@ -88,6 +113,11 @@ def main() -> None:
     thread_args = ["--threads", str(args.threads)] if args.threads else []
     checks: dict = {}
 
+    # Check 3 runs twice: first, on a machine that has been idle, and again after checks 1 and 2 have
+    # kept both vCPUs busy for minutes (a shared VM may throttle a guest after sustained load).
+    print("3. bench p50 against independent loops before and after (rested)", flush=True)
+    p50_checks = [p50_check(base, threads, thread_args, w / "p50-rested", "rested")]
+
     print("1. stored report, six times", flush=True)
     stored = bench([str(base), *thread_args, "--out", str(w / "stored")], w / "stored.json")
     runs = [bench([str(base), *thread_args, "--baseline", str(w / "stored.json"), "--out", str(w / f"s{i}")],
@@ -102,16 +132,11 @@ def main() -> None:
     checks["ab"] = {"depth16": slower, "reexport": unchanged,
                     "passed": all(r["exit"] == 5 for r in slower) and all(r["exit"] == 0 for r in unchanged)}
 
-    print("3. bench p50 against independent loops before and after", flush=True)
-    before = loop_p50(base, threads)
-    timed = bench([str(base), "--backend", "onnxruntime", *thread_args, "--out", str(w / "p50")], w / "p50.json")
-    after = loop_p50(base, threads)
-    p50 = timed["p50_ms"].get("onnxruntime")
-    within = [abs(p50 / loop - 1) <= 0.20 for loop in (before, after)] if p50 else [False, False]
-    checks["p50"] = {"loop_before_ms": before, "bench_ms": p50, "loop_after_ms": after, "run": timed,
-                     "within_20pct": within, "passed": all(within)}
+    print("3. bench p50 against independent loops before and after (after checks 1 and 2)", flush=True)
+    p50_checks.append(p50_check(base, threads, thread_args, w / "p50-loaded", "after checks 1-2"))
+    checks["p50"] = {"runs": p50_checks, "passed": all(c["passed"] for c in p50_checks)}
 
-    every = [stored, *runs, *slower, *unchanged, timed]
+    every = [stored, *runs, *slower, *unchanged, *(c["run"] for c in p50_checks)]
     over = [f for r in every for f in r["roofline_fractions"] if f > 1.0]
     printed = [p for r in every for p in r["printed_percents"] if p > 100]
     checks["roofline"] = {"fractions_above_1": over, "printed_above_100pct": printed, "passed": not over}
@@ -136,8 +161,7 @@ def main() -> None:
              f"exits {[r['exit'] for r in unchanged]}; ratios "
              f"{[[round(v['ratio'] or 0, 3) for v in r['verdicts']] for r in unchanged]} |",
              f"| bench p50 within ±20 % of loops before/after | {'pass' if checks['p50']['passed'] else 'FAIL'} | "
-             f"loop {before:.2f} ms, bench {p50 or 0:.2f} ms, loop {after:.2f} ms (the loops differ by "
-             f"{abs(after / before - 1):.0%} between themselves) |",
+             + "; ".join(p50_detail(c) for c in p50_checks) + " |",
              f"| no roofline fraction above 1.0 | {'pass' if not over else 'FAIL'} | "
              f"largest {max([f for r in every for f in r['roofline_fractions']] or [0]):.2f} |"]
     (args.results / "gate-checks.md").write_text("\n".join(lines) + "\n")

@@ -87,9 +87,10 @@ def p50_check(base: Path, threads: int, thread_args: list[str], out: Path, label
 
 
 def p50_detail(c: dict) -> str:
+    bench_steal = (c["run"]["conditions"].get("steal") or {}).get("mean", 0)
     return (f"{c['when']}: loop {c['loop_before_ms']:.2f} ms (steal {c['steal_before']:.0%}), bench "
-            f"{c['bench_ms'] or 0:.2f} ms (steal {(c['run']['conditions'].get('steal') or {}).get('mean', 0):.0%}), loop "
-            f"{c['loop_after_ms']:.2f} ms (steal {c['steal_after']:.0%})")
+            f"{c['bench_ms'] or 0:.2f} ms (steal {bench_steal:.0%}), loop {c['loop_after_ms']:.2f} ms "
+            f"(steal {c['steal_after']:.0%})")
 
 
 def main() -> None:

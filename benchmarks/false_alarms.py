@@ -149,6 +149,8 @@ def main() -> None:
     parser.add_argument("--gates", default="ab,stored")
     parser.add_argument("--slowdowns", default=",".join(VARIANTS))
     args = parser.parse_args()
+    if args.trials < 1:
+        parser.error("--trials must be at least 1")
     from vitexport.configs import PRESETS, parse_overrides
     from vitexport.fingerprint import fingerprint
 
@@ -181,12 +183,10 @@ def main() -> None:
 
 
 def write(results: Path, result: dict) -> None:
-    results.mkdir(parents=True, exist_ok=True)
-    for name, text in (("false-alarms.json", json.dumps(result, indent=2, default=str) + "\n"),
-                       ("false-alarms.md", markdown(result))):
-        tmp = results / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.replace(results / name)
+    from vitexport.environment import write_atomic
+
+    write_atomic(results / "false-alarms.json", json.dumps(result, indent=2, default=str) + "\n")
+    write_atomic(results / "false-alarms.md", markdown(result))
 
 
 if __name__ == "__main__":

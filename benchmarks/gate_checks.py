@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 LOOP = r"""
-import sys, time, numpy as np, onnxruntime as ort
+import json, sys, time, numpy as np, onnxruntime as ort
+from vitexport.fingerprint import cpu_times, steal_share
 path, threads, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 so = ort.SessionOptions(); so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
 s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
@@ -33,14 +34,10 @@ name = s.get_inputs()[0].name
 x = np.random.default_rng(0).standard_normal((1, 3, 224, 224), dtype=np.float32)
 end = time.perf_counter() + 1.0
 while time.perf_counter() < end: s.run(None, {name: x})
-def cpu():  # (steal, all) jiffies from /proc/stat's first line
-    f = [int(v) for v in open("/proc/stat").readline().split()[1:]]
-    return f[7] if len(f) > 7 else 0, sum(f[:8])
-(s0, a0), t, end = cpu(), [], time.perf_counter() + seconds
+cpu0, t, end = cpu_times(), [], time.perf_counter() + seconds
 while time.perf_counter() < end:
     t0 = time.perf_counter(); s.run(None, {name: x}); t.append((time.perf_counter() - t0) * 1000)
-s1, a1 = cpu()
-print(float(np.median(t)), (s1 - s0) / max(a1 - a0, 1))
+print(json.dumps([float(np.median(t)), steal_share(cpu0, cpu_times())]))
 """
 
 
@@ -66,19 +63,19 @@ def bench(args: list[str], json_path: Path) -> dict:
             "error": err.strip().splitlines()[-1] if code not in (0, 5) and err.strip() else None}
 
 
-def loop_p50(artifact: Path, threads: int) -> tuple[float, float]:
+def loop_p50(artifact: Path, threads: int) -> tuple[float, float | None]:
     """An independent ONNX Runtime loop: (its median in ms, the share of CPU time stolen while it ran)."""
     out = subprocess.run([sys.executable, "-c", LOOP, str(artifact), str(threads), "10"], capture_output=True,
                          text=True, check=True)
-    median_ms, steal = out.stdout.strip().splitlines()[-1].split()
-    return float(median_ms), float(steal)
+    median_ms, steal = json.loads(out.stdout.strip().splitlines()[-1])
+    return median_ms, steal
 
 
 def p50_check(base: Path, threads: int, thread_args: list[str], out: Path, label: str) -> dict:
     """bench's ONNX Runtime p50 against independent loops taken just before and just after it."""
-    (before, steal_before) = loop_p50(base, threads)
+    before, steal_before = loop_p50(base, threads)
     timed = bench([str(base), "--backend", "onnxruntime", *thread_args, "--out", str(out)], out.with_suffix(".json"))
-    (after, steal_after) = loop_p50(base, threads)
+    after, steal_after = loop_p50(base, threads)
     p50 = timed["p50_ms"].get("onnxruntime")
     within = [abs(p50 / loop - 1) <= 0.20 for loop in (before, after)] if p50 else [False, False]
     return {"when": label, "loop_before_ms": before, "bench_ms": p50, "loop_after_ms": after,
@@ -87,10 +84,13 @@ def p50_check(base: Path, threads: int, thread_args: list[str], out: Path, label
 
 
 def p50_detail(c: dict) -> str:
-    bench_steal = (c["run"]["conditions"].get("steal") or {}).get("mean", 0)
-    return (f"{c['when']}: loop {c['loop_before_ms']:.2f} ms (steal {c['steal_before']:.0%}), bench "
-            f"{c['bench_ms'] or 0:.2f} ms (steal {bench_steal:.0%}), loop {c['loop_after_ms']:.2f} ms "
-            f"(steal {c['steal_after']:.0%})")
+    def share(v: float | None) -> str:
+        return "?" if v is None else f"{v:.0%}"
+
+    bench_steal = (c["run"]["conditions"].get("steal") or {}).get("mean")
+    return (f"{c['when']}: loop {c['loop_before_ms']:.2f} ms (steal {share(c['steal_before'])}), bench "
+            f"{c['bench_ms'] or 0:.2f} ms (steal {share(bench_steal)}), loop {c['loop_after_ms']:.2f} ms "
+            f"(steal {share(c['steal_after'])})")
 
 
 def main() -> None:

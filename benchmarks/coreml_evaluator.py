@@ -16,9 +16,9 @@ import numpy as np
 from vitexport import api
 from vitexport.backends.coreml.options import CoreMLOptions
 from vitexport.backends.coreml.mil_eval import load_program
-from vitexport.fingerprint import fingerprint
-from vitexport.inputs import random_pixels
-from vitexport.sources import SourceSpec
+from vitexport.bench.fingerprint import fingerprint
+from vitexport.verify.feeds import random_pixels
+from vitexport.models.sources import SourceSpec
 
 
 def median_ms(fn, runs: int = 5) -> float:

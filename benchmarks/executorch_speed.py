@@ -28,14 +28,16 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
-    from vitexport.bench import apply_threads
+    from vitexport.bench.measure import apply_threads
 
     apply_threads(args.threads)  # before numpy, torch, ONNX Runtime or ExecuTorch load
 
-    from vitexport import backends, sidecar
+    from vitexport import backends
+
+    from vitexport.export import sidecar
     from vitexport.backends.base import RunOptions
-    from vitexport.fingerprint import fingerprint
-    from vitexport.inputs import random_pixels
+    from vitexport.bench.fingerprint import fingerprint
+    from vitexport.verify.feeds import random_pixels
 
     runners, labels, feeds = [], [], []
     for path in args.artifacts:

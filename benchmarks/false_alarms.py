@@ -151,8 +151,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.trials < 1:
         parser.error("--trials must be at least 1")
-    from vitexport.configs import PRESETS, parse_overrides
-    from vitexport.fingerprint import fingerprint
+    from vitexport.models.presets import PRESETS, parse_overrides
+    from vitexport.bench.fingerprint import fingerprint
 
     args.work.mkdir(parents=True, exist_ok=True)
     labels = [s for s in args.slowdowns.split(",") if s]
@@ -183,7 +183,7 @@ def main() -> None:
 
 
 def write(results: Path, result: dict) -> None:
-    from vitexport.environment import write_atomic
+    from vitexport.core.environment import write_atomic
 
     write_atomic(results / "false-alarms.json", json.dumps(result, indent=2, default=str) + "\n")
     write_atomic(results / "false-alarms.md", markdown(result))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 LOOP = r"""
 import json, sys, time, numpy as np, onnxruntime as ort
-from vitexport.fingerprint import cpu_times, steal_share
+from vitexport.bench.fingerprint import cpu_times, steal_share
 path, threads, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 so = ort.SessionOptions(); so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
 s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--threads", type=int, default=None, help="default: the usable cores, as bench's default")
     args = parser.parse_args()
-    from vitexport.fingerprint import fingerprint, usable_cores
+    from vitexport.bench.fingerprint import fingerprint, usable_cores
 
     threads = args.threads or usable_cores() or 1
     w = args.work

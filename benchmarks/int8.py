@@ -29,8 +29,8 @@ import numpy as np
 from vitexport import api
 from vitexport.backends.eager import EagerRunner
 from vitexport.backends.onnx.options import OnnxOptions
-from vitexport.fingerprint import fingerprint
-from vitexport.sources import SourceSpec, load
+from vitexport.bench.fingerprint import fingerprint
+from vitexport.models.sources import SourceSpec, load
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 5
@@ -54,7 +54,7 @@ def digits(out: Path) -> dict:
     import onnxruntime as ort
     from onnxruntime.quantization import quantize_dynamic
 
-    from vitexport.inputs import load_images
+    from vitexport.verify.feeds import load_images
 
     spec = SourceSpec("digits", weights=str(ROOT / "samples/digits/digits_vit.safetensors"))
     holdout = ROOT / "samples/digits/holdout"
@@ -93,7 +93,7 @@ def digits(out: Path) -> dict:
 
 def _copy_sidecar(fp32: str, plain: Path) -> None:
     """A sidecar for the plain quantised graph, so `bench` can run it beside ours (the same model)."""
-    from vitexport import sidecar
+    from vitexport.export import sidecar
 
     record = sidecar.read(Path(fp32))
     record.precision, record.artifact = "int8", plain.name
@@ -102,7 +102,7 @@ def _copy_sidecar(fp32: str, plain: Path) -> None:
 
 
 def optimize(out: Path) -> dict:
-    from vitexport.optimizing import optimize as run
+    from vitexport.optimize import optimize as run
 
     result = run(SourceSpec("base"), images=ROOT / "samples/images", batches=[1, 8], out_dir=out / "optimize",
                  budget_s=10.0)
@@ -118,7 +118,7 @@ def ablation(out: Path) -> dict:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     from vitexport.backends.onnx.quantize import ImageReader, head_nodes, quiet_quantizer
-    from vitexport.inputs import load_images, random_pixels
+    from vitexport.verify.feeds import load_images, random_pixels
 
     folder = out / "ablation"
     folder.mkdir(parents=True, exist_ok=True)

@@ -35,9 +35,9 @@ import numpy as np
 from vitexport import api
 from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.backends.openvino.options import OpenVinoOptions
-from vitexport.errors import ParityError
-from vitexport.fingerprint import fingerprint
-from vitexport.sources import SourceSpec, load
+from vitexport.core.errors import ParityError
+from vitexport.bench.fingerprint import fingerprint
+from vitexport.models.sources import SourceSpec, load
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "samples/images"
@@ -129,7 +129,7 @@ def convert_paths(preset: str, out: Path, rounds: int) -> dict:
 
     from vitexport.backends.eager import EagerRunner
     from vitexport.backends.openvino.devices import compile_config, core
-    from vitexport.inputs import random_pixels
+    from vitexport.verify.feeds import random_pixels
 
     spec = SourceSpec(preset)
     ir = api.export("openvino", spec, OpenVinoOptions(dynamic_batch=True), out)
@@ -159,7 +159,7 @@ def int8_choices(spec: SourceSpec, images: Path, rounds: int) -> dict:
     from vitexport.backends.openvino import quantize as q
     from vitexport.backends.openvino.convert import convert
     from vitexport.backends.openvino.devices import compile_config, core
-    from vitexport.inputs import load_images, random_pixels
+    from vitexport.verify.feeds import load_images, random_pixels
 
     loaded = load(spec)
     pre = loaded.preprocessing
@@ -204,7 +204,7 @@ def int8_choices(spec: SourceSpec, images: Path, rounds: int) -> dict:
 
 def optimize(spec: SourceSpec, out: Path, budget_s: float, rounds: int) -> dict:
     """Section 5: what optimize offers and picks across runtimes."""
-    from vitexport.optimizing import optimize as run
+    from vitexport.optimize import optimize as run
 
     result = run(spec, images=IMAGES, batches=[1], out_dir=out / "optimize", budget_s=budget_s, rounds=rounds)
     keys = ("candidate", "runtime", "precision", "passed", "p50_ms", "speedup", "bytes")

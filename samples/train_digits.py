@@ -64,8 +64,8 @@ def seed_everything() -> None:
 
 
 def train(png: np.ndarray, labels: np.ndarray, epochs: int) -> torch.nn.Module:
-    from vitexport.configs import get_preset
-    from vitexport.model import build
+    from vitexport.models.presets import get_preset
+    from vitexport.models.vit import build
 
     model = build(get_preset("digits"), seed=SEED).train()
     optimiser = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from vitexport.backends.base import Artifact, Availability, Backend, RunOptions, Runner
-from vitexport.errors import BackendUnavailable
+from vitexport.core.errors import BackendUnavailable
 
 
 class EchoRunner(Runner):

@@ -102,7 +102,7 @@ class FakeWorker:
 
 def install(monkeypatch, fake: Fake | None = None) -> Fake:
     """Replace bench's worker processes with fake ones for the test."""
-    from vitexport import benchsession
+    from vitexport.bench import session as benchsession
 
     fake = fake or Fake()
     worker = type("Worker", (FakeWorker,), {"fake": fake})

@@ -2,7 +2,7 @@
 
 Hidden size 32, 2 layers, 2 heads, 32x32 inputs in 8x8 patches, 5 classes, weights from a fixed seed,
 written with `save_pretrained` beside the image processor a published checkpoint of that family ships
-(scaled down). A new entry in vitexport.hf.architectures needs one here, or its tests fail.
+(scaled down). A new entry in vitexport.models.hf.architectures needs one here, or its tests fail.
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vitexport import bench
+from vitexport.bench import measure as bench
 from vitexport.backends.base import RunOptions
-from vitexport.bench import (UNSTABLE_CV, LatencyStats, WallTimer, first_inference_ms, measure, peak_gpu_mb,
+from vitexport.bench.measure import (UNSTABLE_CV, LatencyStats, WallTimer, first_inference_ms, measure, peak_gpu_mb,
                              peak_rss_mb, percentile, time_load)
-from vitexport.errors import UsageError
+from vitexport.core.errors import UsageError
 
 
 class FakeRunner:
@@ -159,7 +159,7 @@ def test_thread_settings_for_each_runtime():
 
 def test_apply_threads_in_a_fresh_process():
     """Importing the module loads no numeric library, so the environment is set before any of them."""
-    code = ("import sys, json\nfrom vitexport.bench import apply_threads\n"
+    code = ("import sys, json\nfrom vitexport.bench.measure import apply_threads\n"
             "before = [m for m in ('numpy', 'torch', 'onnxruntime') if m in sys.modules]\n"
             "applied = apply_threads(1)\nimport os\n"
             "print(json.dumps({'before': before, 'applied': applied, 'omp': os.environ['OMP_NUM_THREADS']}))")
@@ -201,7 +201,7 @@ def echo(monkeypatch):
                                                                      os.environ.get("PYTHONPATH")])))
 
     def job(mode="ok"):
-        from vitexport.sidecar import ArtifactRecord, SourceRecord
+        from vitexport.export.sidecar import ArtifactRecord, SourceRecord
 
         source = SourceRecord(spec={"model": "echo"}, kind="test", config=None, weights_sha256=None,
                               input_shape=[1, 3, 8, 8], preprocessing={})
@@ -215,7 +215,7 @@ def echo(monkeypatch):
 
 
 def test_a_worker_times_bursts_on_request_until_closed(echo):
-    from vitexport.rounds import WorkerProcess
+    from vitexport.bench.rounds import WorkerProcess
 
     worker = WorkerProcess(1)
     try:
@@ -237,7 +237,7 @@ def test_a_worker_times_bursts_on_request_until_closed(echo):
 @pytest.mark.parametrize("mode,kind,text", [("unavailable", "unavailable", "echo needs a device"),
                                             ("broken", "failed", "RuntimeError: cannot parse the file")])
 def test_a_worker_says_why_it_cannot_open(echo, mode, kind, text):
-    from vitexport.rounds import WorkerProcess
+    from vitexport.bench.rounds import WorkerProcess
 
     worker = WorkerProcess(1)
     try:
@@ -248,7 +248,7 @@ def test_a_worker_says_why_it_cannot_open(echo, mode, kind, text):
 
 
 def test_a_worker_that_dies_is_a_failed_burst_not_a_hang(echo):
-    from vitexport.rounds import WorkerProcess
+    from vitexport.bench.rounds import WorkerProcess
 
     worker = WorkerProcess(1)
     try:
@@ -277,7 +277,7 @@ class Recorder:
 
 
 def test_rounds_shuffle_the_order_keep_pairs_together_and_read_the_machine():
-    from vitexport.rounds import Cell, Probe, Rounds
+    from vitexport.bench.rounds import Cell, Probe, Rounds
 
     log = []
     a, b, c = (Cell(n, Recorder(n, log), 1) for n in "abc")
@@ -299,7 +299,7 @@ def test_rounds_shuffle_the_order_keep_pairs_together_and_read_the_machine():
 
 
 def test_a_cell_that_fails_is_not_run_again():
-    from vitexport.rounds import Cell, Rounds
+    from vitexport.bench.rounds import Cell, Rounds
 
     log = []
     good, flaky = Cell("good", Recorder("good", log), 1), Cell("flaky", Recorder("flaky", log, fail_at=2), 1)
@@ -311,7 +311,7 @@ def test_a_cell_that_fails_is_not_run_again():
 # --- bench: settings, strictness ------------------------------------------------------------------------------
 
 def test_rounds_and_bursts_from_the_settings():
-    from vitexport.benchsession import MIN_ROUNDS, Settings
+    from vitexport.bench.session import MIN_ROUNDS, Settings
 
     def settings(**kw):
         base = dict(threads=2, warmup_iters=0, warmup_s=0, iters=None, budget_s=5.0, seed=0, allow_fallback=False,
@@ -330,7 +330,7 @@ def test_rows_pool_their_rounds(monkeypatch, tmp_path):
     from fake_workers import install
 
     from vitexport import api
-    from vitexport.sources import SourceSpec
+    from vitexport.models.sources import SourceSpec
 
     fake = install(monkeypatch)
     report = api.bench(SourceSpec("tiny", overrides={"depth": 1}), ["torch"], [1, 2], iters=4, warmup_iters=1,
@@ -351,7 +351,7 @@ def test_rows_pool_their_rounds(monkeypatch, tmp_path):
 def tiny_onnx(tmp_path_factory):
     from vitexport import api
     from vitexport.backends.onnx.options import OnnxOptions
-    from vitexport.sources import SourceSpec
+    from vitexport.models.sources import SourceSpec
 
     out = tmp_path_factory.mktemp("tiny")
     return Path(api.export("onnx", SourceSpec("tiny", overrides={"depth": 1}), OnnxOptions(), out)["artifact"])
@@ -360,8 +360,8 @@ def tiny_onnx(tmp_path_factory):
 def test_bench_refuses_a_changed_artifact_before_timing(tiny_onnx, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from vitexport import benchrun
-    from vitexport.cli import app
+    from vitexport.bench import run as benchrun
+    from vitexport.cli.app import app
 
     monkeypatch.setattr(benchrun, "measure_all", lambda *a, **k: pytest.fail("timed a changed artifact"))
     changed = tmp_path / tiny_onnx.name
@@ -382,7 +382,7 @@ def test_nothing_that_was_asked_for_ran_exits_with_its_error_after_the_table(tin
     from typer.testing import CliRunner
 
     from fake_workers import install
-    from vitexport.cli import app
+    from vitexport.cli.app import app
 
     fake = install(monkeypatch)
     fake.fail_open = lambda job: failure if job["backend"] == "onnx" else None
@@ -397,7 +397,7 @@ def test_rows_merely_unavailable_here_stay_n_a_when_others_ran(tmp_path, monkeyp
     from typer.testing import CliRunner
 
     from fake_workers import install
-    from vitexport.cli import app
+    from vitexport.cli.app import app
 
     install(monkeypatch)
     base = ["bench", "--config", "tiny", "--set", "depth=1", "--no-roofline", "--budget-s", "1"]

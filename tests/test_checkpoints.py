@@ -6,8 +6,8 @@ from collections import OrderedDict
 import pytest
 import torch
 
-from vitexport.errors import WeightsError
-from vitexport.sources import SourceSpec, _load_weights, load
+from vitexport.core.errors import WeightsError
+from vitexport.models.sources import SourceSpec, _load_weights, load
 
 
 def tiny_torchvision_vit(seed=0):
@@ -111,7 +111,7 @@ def test_torchvision_vit_b_16_from_its_released_layout_matches_pytorch(tmp_path)
     from torchvision.models import vit_b_16
     from typer.testing import CliRunner
 
-    from vitexport.cli import app
+    from vitexport.cli.app import app
 
     torch.manual_seed(0)
     model = vit_b_16()

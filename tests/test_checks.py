@@ -7,13 +7,15 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from vitexport import api, sidecar
+from vitexport import api
+
+from vitexport.export import sidecar
 from vitexport.backends.base import ExportOptions
-from vitexport.errors import ExportError, ParityError
+from vitexport.core.errors import ExportError, ParityError
 from vitexport.backends.onnx.lint import lint_onnx
 from vitexport.backends.onnx.localize import node_scope
 from vitexport.backends.onnx.options import OnnxOptions
-from vitexport.sources import SourceSpec
+from vitexport.models.sources import SourceSpec
 
 PLANTED = Path(__file__).with_name("planted.py")
 DEEP_TINY = SourceSpec("tiny", overrides={"depth": 4})
@@ -126,8 +128,8 @@ def test_clean_export_is_deterministic_and_lint_free(out_dir):
 def test_decomposed_layernorm_is_flagged_for_fp16(tmp_path):
     import torch
 
-    from vitexport.configs import PRESETS
-    from vitexport.model import build
+    from vitexport.models.presets import PRESETS
+    from vitexport.models.vit import build
 
     path = tmp_path / "old.onnx"
     model = build(PRESETS["tiny"].replace(depth=1, image_size=32, patch_size=8))

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from zoo_models import zoo_spec
-from vitexport.cli import app
+from vitexport.cli.app import app
 
 runner = CliRunner()
 FAST = ["--set", "depth=1"]
@@ -19,7 +19,7 @@ def invoke(*args):
 
 
 def test_help_does_not_import_torch():
-    code = "import sys; from vitexport.cli import app; assert 'torch' not in sys.modules and 'numpy' not in sys.modules"
+    code = "import sys; from vitexport.cli.app import app; assert 'torch' not in sys.modules and 'numpy' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
     out = subprocess.run([sys.executable, "-m", "vitexport", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "onnx" in out.stdout
@@ -170,7 +170,7 @@ def test_bench_rejects_unknown_backends(tmp_path):
 
 
 def test_error_text_with_brackets_survives(tmp_path, monkeypatch):
-    from vitexport.errors import BackendUnavailable
+    from vitexport.core.errors import BackendUnavailable
     from vitexport.backends.onnx import OnnxBackend
 
     def missing(self):

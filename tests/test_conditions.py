@@ -2,7 +2,7 @@
 
 import pytest
 
-from vitexport import conditions
+from vitexport.bench import conditions
 
 
 def test_rounds_whose_reference_kernel_slowed_are_disturbed():

@@ -1,8 +1,8 @@
 import pytest
 
-from vitexport import configs
-from vitexport.configs import PRESETS, ViTConfig
-from vitexport.errors import ConfigError
+from vitexport.models import presets as configs
+from vitexport.models.presets import PRESETS, ViTConfig
+from vitexport.core.errors import ConfigError
 
 # Published parameter counts (millions) of the standard sizes.
 PUBLISHED_PARAMS_M = {"tiny": 5.7, "small": 22.1, "base": 86.6, "large": 304.3, "huge": 632.0}
@@ -10,7 +10,7 @@ PUBLISHED_PARAMS_M = {"tiny": 5.7, "small": 22.1, "base": 86.6, "large": 304.3, 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_param_count_formula_matches_the_built_model(name):
-    from vitexport.model import VisionTransformer
+    from vitexport.models.vit import VisionTransformer
 
     cfg = PRESETS[name].replace(depth=1)  # depth 1 keeps huge cheap; the formula is per block
     model = VisionTransformer(cfg)

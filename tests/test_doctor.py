@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from vitexport import backends, doctor
 from vitexport.backends.base import Availability
-from vitexport.cli import app
+from vitexport.cli.app import app
 
 runner = CliRunner()
 

@@ -17,9 +17,10 @@ from typer.testing import CliRunner
 
 from zoo_models import zoo_spec
 from output_kinds import EXPECTED
-from vitexport import api, sidecar
-from vitexport.cli import app
-from vitexport.sources import SourceSpec
+from vitexport import api
+from vitexport.export import sidecar
+from vitexport.cli.app import app
+from vitexport.models.sources import SourceSpec
 
 TINY = ["--config", "tiny", "--set", "depth=1"]
 
@@ -233,7 +234,7 @@ def test_code_named_by_a_sidecar_runs_only_when_trusted(tmp_path):
     marker = tmp_path / "ran"
     model = tmp_path / "model.py"
     model.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('x')\n"
-                     "from vitexport.model import build\nfrom vitexport.configs import PRESETS\n"
+                     "from vitexport.models.vit import build\nfrom vitexport.models.presets import PRESETS\n"
                      "def make():\n    m = build(PRESETS['tiny'].replace(depth=1))\n"
                      "    m.input_shape = (1, 3, 224, 224)\n    return m\n")
     result = api.export("onnx", SourceSpec(f"{model}:make"), None, tmp_path / "out")
@@ -248,8 +249,8 @@ def test_code_named_by_a_sidecar_runs_only_when_trusted(tmp_path):
 def test_a_sidecar_cannot_switch_unpickling_on(tmp_path):
     import torch
 
-    from vitexport.configs import PRESETS
-    from vitexport.model import build
+    from vitexport.models.presets import PRESETS
+    from vitexport.models.vit import build
 
     weights = tmp_path / "w.pt"
     torch.save({"state_dict": build(PRESETS["tiny"].replace(depth=1)).state_dict(), "note": object()}, weights)
@@ -262,8 +263,8 @@ def test_a_sidecar_cannot_switch_unpickling_on(tmp_path):
 def test_changed_weights_are_named(tmp_path):
     from safetensors.torch import save_file
 
-    from vitexport.configs import PRESETS
-    from vitexport.model import build
+    from vitexport.models.presets import PRESETS
+    from vitexport.models.vit import build
 
     weights = tmp_path / "w.safetensors"
     save_file(build(PRESETS["tiny"].replace(depth=1), seed=1).state_dict(), str(weights))
@@ -440,8 +441,8 @@ def test_an_earlier_artifact_of_the_name_is_replaced(tmp_path):
 def test_publishing_checks_every_file_it_would_replace(tmp_path):
     """A by-product (external data, a typed ONNX) whose name is taken by a user's file stops the
     publication before anything moves, also after the check made before the export."""
-    from vitexport.errors import OutputError
-    from vitexport.staging import publish
+    from vitexport.core.errors import OutputError
+    from vitexport.export.staging import publish
 
     out, stage = tmp_path / "out", tmp_path / "out" / ".vitexport-1-x"
     stage.mkdir(parents=True)
@@ -572,7 +573,7 @@ def test_a_candidate_computing_nan_is_non_finite_not_random(made, tmp_path):
 
 
 def test_configs_in_a_pipe_shows_every_number_whole():
-    from vitexport.configs import PRESETS
+    from vitexport.models.presets import PRESETS
 
     run = subprocess.run([sys.executable, "-m", "vitexport", "configs"], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "COLUMNS": "80"})
@@ -589,7 +590,7 @@ def test_a_table_too_wide_keeps_its_numbers_whole(terminal):
     from rich.console import Console
     from rich.table import Table
 
-    from vitexport.render import print_table
+    from vitexport.report.terminal import print_table
 
     table = Table(title="wide")
     numbers = [str(1234567 * (i + 1)) for i in range(12)]
@@ -702,7 +703,7 @@ def test_termination_signals_exit_128_plus_n_and_leave_nothing(tmp_path, sig, mo
 def test_a_signal_ignored_on_purpose_stays_ignored(tmp_path):
     """nohup and background jobs start vitexport with SIGHUP/SIGINT ignored: it must not undo that."""
     script = ("import signal, os, sys; signal.signal(signal.SIGHUP, signal.SIG_IGN); "
-              "from vitexport.termination import signals_raise\n"
+              "from vitexport.core.termination import signals_raise\n"
               "with signals_raise():\n"
               "    os.kill(os.getpid(), signal.SIGHUP); print(signal.getsignal(signal.SIGTERM) is not None)")
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

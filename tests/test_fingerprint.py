@@ -8,8 +8,8 @@ from importlib import metadata
 
 import pytest
 
-from vitexport import fingerprint as fpmod
-from vitexport.fingerprint import fingerprint
+from vitexport.bench import fingerprint as fpmod
+from vitexport.bench.fingerprint import fingerprint
 
 
 def test_fingerprint_describes_the_machine_without_naming_it():
@@ -37,7 +37,7 @@ def test_thread_environment_is_recorded(monkeypatch):
 
 
 def test_fingerprinting_imports_no_runtime():
-    code = ("import sys, json\nfrom vitexport.fingerprint import fingerprint\nfp = fingerprint(1)\n"
+    code = ("import sys, json\nfrom vitexport.bench.fingerprint import fingerprint\nfp = fingerprint(1)\n"
             "print(json.dumps([m for m in ('torch', 'onnxruntime', 'tensorrt', 'coremltools', 'numpy') "
             "if m in sys.modules]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -53,7 +53,7 @@ def test_gpus_fall_back_to_none(monkeypatch):
 
 
 def test_short_cpu_names():
-    from vitexport.report import short_cpu
+    from vitexport.report.tables import short_cpu
 
     assert short_cpu("AMD EPYC 7B13 64-Core Processor") == "AMD EPYC 7B13"
 

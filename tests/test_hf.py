@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 
 from hf_tiny import TINY, save_tiny
 from vitexport import api
-from vitexport.cli import app
-from vitexport.environment import sha256_file
-from vitexport.errors import SourceError, WeightsError
-from vitexport.hf.architectures import ARCHITECTURES
-from vitexport.hf.processor import SUPPORTED
-from vitexport.sources import SourceSpec, load
+from vitexport.cli.app import app
+from vitexport.core.environment import sha256_file
+from vitexport.core.errors import SourceError, WeightsError
+from vitexport.models.hf.architectures import ARCHITECTURES
+from vitexport.models.hf.processor import SUPPORTED
+from vitexport.models.sources import SourceSpec, load
 
 transformers = pytest.importorskip("transformers")
 
@@ -107,7 +107,7 @@ def max_difference(folder: Path, loaded, images) -> float:
     """Largest |vitexport - transformers' default image processor| over the images."""
     from PIL import Image
 
-    from vitexport.inputs import preprocess
+    from vitexport.verify.feeds import preprocess
 
     processor = transformers.AutoImageProcessor.from_pretrained(folder)
     worst = 0.0
@@ -168,7 +168,7 @@ def test_without_a_processor_the_architectures_default_class_is_used_at_the_conf
 
 
 def test_rescale_and_normalisation_fold_into_unit_mean_and_std():
-    from vitexport.hf.processor import unit_normalisation
+    from vitexport.models.hf.processor import unit_normalisation
 
     assert unit_normalisation(1 / 255, [0.5] * 3, [0.25] * 3) == ([0.5] * 3, [0.25] * 3)
     mean, std = unit_normalisation(1.0, [127.5] * 3, [51.0] * 3)  # a processor that normalises 0-255 pixels
@@ -261,7 +261,7 @@ def test_missing_transformers_names_the_extra(hf_dir, monkeypatch, tmp_path):
 
 
 def test_sharded_checkpoints_are_hashed_shard_by_shard(hf_dir, tmp_path):
-    from vitexport.hf.files import weights_identity
+    from vitexport.models.hf.files import weights_identity
 
     folder = tmp_path / "sharded"
     model = transformers.ViTForImageClassification.from_pretrained(hf_dir("ViTForImageClassification"))

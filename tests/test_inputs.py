@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitexport.errors import UsageError
-from vitexport.inputs import chunks, label_of, load_images, preprocess, random_pixels, verification_batches
+from vitexport.core.errors import UsageError
+from vitexport.verify.feeds import chunks, label_of, load_images, preprocess, random_pixels, verification_batches
 
 IMAGENET = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 

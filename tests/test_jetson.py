@@ -6,9 +6,11 @@ import stat
 
 import pytest
 
-from vitexport import environment, report
-from vitexport.environment import clock_state, nvpmodel_mode
-from vitexport.fingerprint import fingerprint, isa_names
+from vitexport.core import environment
+
+from vitexport.report import tables as report
+from vitexport.core.environment import clock_state, nvpmodel_mode
+from vitexport.bench.fingerprint import fingerprint, isa_names
 
 ORIN_LOCKED = """SOC family:tegra234  Machine:NVIDIA Jetson AGX Orin Developer Kit
 Online CPUs: 0-11

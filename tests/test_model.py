@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from vitexport.configs import PRESETS
-from vitexport.model import build, sincos_positions
+from vitexport.models.presets import PRESETS
+from vitexport.models.vit import build, sincos_positions
 
 SMALL = dict(image_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=10)
 

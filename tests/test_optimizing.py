@@ -10,10 +10,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vitexport import backends, optimizing, sidecar
-from vitexport.cli import app
-from vitexport.render import emit_optimize
-from vitexport.sources import SourceSpec
+from vitexport import backends
+
+from vitexport import optimize as optimizing
+
+from vitexport.export import sidecar
+from vitexport.cli.app import app
+from vitexport.report.terminal import emit_optimize
+from vitexport.models.sources import SourceSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = Path(__file__).with_name("planted.py")

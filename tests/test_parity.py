@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from vitexport.parity import TOLERANCES, compare, metrics, tolerance_for
+from vitexport.verify.parity import TOLERANCES, compare, metrics, tolerance_for
 
 FP32 = TOLERANCES["fp32"]
 

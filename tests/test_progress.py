@@ -12,11 +12,13 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from vitexport import api, benchsession
-from vitexport.cli import app
-from vitexport.progress import SILENT, Lines, Progress, as_progress, current, using
-from vitexport.progressbar import Bars, reporter
-from vitexport.sources import SourceSpec
+from vitexport import api
+
+from vitexport.bench import session as benchsession
+from vitexport.cli.app import app
+from vitexport.core.progress import SILENT, Lines, Progress, as_progress, current, using
+from vitexport.cli.progressbar import Bars, reporter
+from vitexport.models.sources import SourceSpec
 
 runner = CliRunner()
 TINY = ["--config", "tiny", "--set", "depth=1"]

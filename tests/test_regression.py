@@ -12,9 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from fake_workers import Fake, Machine, install
-from vitexport import benchrun, regression
-from vitexport.cli import app
-from vitexport.errors import UsageError
+from vitexport.bench import run as benchrun
+from vitexport.bench import regression
+from vitexport.cli.app import app
+from vitexport.core.errors import UsageError
 
 runner = CliRunner()
 TINY = ["--config", "tiny", "--set", "depth=1"]

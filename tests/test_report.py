@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from vitexport import report
-from vitexport.errors import UsageError
+from vitexport.report import tables as report
+from vitexport.core.errors import UsageError
 
 
 def result(backend, batch, p50, available=True, **extra):
@@ -311,7 +311,7 @@ def test_the_conditions_and_the_verdicts_are_in_words(tmp_path):
 
 
 def test_compare_names_machines_with_brackets_and_their_conditions(tmp_path, capsys):
-    from vitexport.render import compare_report
+    from vitexport.report.terminal import compare_report
 
     a, b = tmp_path / "monday.json", tmp_path / "tuesday.json"
     for path in (a, b):
@@ -343,7 +343,7 @@ def test_report_files_replace_only_a_vitexport_report(tmp_path):
 def test_compare_never_writes_over_a_report_it_was_given(tmp_path):
     from typer.testing import CliRunner
 
-    from vitexport.cli import app
+    from vitexport.cli.app import app
 
     given = tmp_path / "a.json"
     report.write_json(make_report([result("torch", 1, 20.0)]), given)

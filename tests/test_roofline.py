@@ -4,15 +4,15 @@ above 100 % is measured again and then withheld with its reason, never printed."
 
 import pytest
 
-from vitexport import roofline
-from vitexport.roofline import BASES, basis_for, cap, fraction_of_roofline, fractions, gemm_rate, summarise
+from vitexport.bench import roofline
+from vitexport.bench.roofline import BASES, basis_for, cap, fraction_of_roofline, fractions, gemm_rate, summarise
 
 CPU_KERNELS = sorted({pair for basis, (_, pairs) in BASES.items() if basis.startswith("cpu") for pair in pairs})
 
 
 @pytest.mark.parametrize("library,dtype", CPU_KERNELS)
 def test_each_library_runs_the_product(library, dtype):
-    from vitexport.errors import BackendUnavailable
+    from vitexport.core.errors import BackendUnavailable
 
     if not roofline.installed(library):
         pytest.skip(f"{library} is not installed")
@@ -49,7 +49,7 @@ def test_each_row_gets_the_basis_of_its_processor_and_precision(kind, precision,
 
 
 def test_the_best_library_sets_the_rate_and_the_peak_stands_beside_it(monkeypatch):
-    from vitexport import fingerprint
+    from vitexport.bench import fingerprint
 
     monkeypatch.setattr(fingerprint, "theoretical_peak", lambda threads, precision: {
         "precision": precision, "flop_per_cycle": 32.0, "isa": "AVX2", "cores": 2, "ghz": 2.6,
@@ -105,7 +105,7 @@ def test_bench_measures_the_rates_in_its_rounds_and_never_shows_more_than_all(mo
     from fake_workers import Fake, install
 
     from vitexport import api
-    from vitexport.sources import SourceSpec
+    from vitexport.models.sources import SourceSpec
 
     fake = install(monkeypatch, Fake(model_ms=lambda job, batch: model_ms))
     report = api.bench(SourceSpec("tiny", overrides={"depth": 1}), ["torch"], [1], budget_s=2.0, warmup_s=0,

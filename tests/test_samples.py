@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vitexport.sources import SourceSpec, load
+from vitexport.models.sources import SourceSpec, load
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -67,7 +67,7 @@ def test_pngs_are_the_held_out_split_at_the_documented_pixel_values():
 
 def test_image_loader_reads_the_pngs_identically():
     # `verify --images` must see the very inputs the recorded accuracy was measured on.
-    from vitexport.inputs import load_images
+    from vitexport.verify.feeds import load_images
 
     _, x, labels = read_holdout(DIGITS / "holdout")
     loaded_x, loaded_labels, names = load_images(DIGITS / "holdout", {"mean": [0.5], "std": [0.5]}, (1, 1, 8, 8))

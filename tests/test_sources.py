@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from zoo_models import zoo_spec
-from vitexport.errors import ConfigError, SourceError, WeightsError
-from vitexport.model import build
-from vitexport.configs import PRESETS
-from vitexport.sources import SourceSpec, load, parse_input_shape
+from vitexport.core.errors import ConfigError, SourceError, WeightsError
+from vitexport.models.vit import build
+from vitexport.models.presets import PRESETS
+from vitexport.models.sources import SourceSpec, load, parse_input_shape
 
 TINY = {"depth": 1, "image_size": 32, "patch_size": 8}
 

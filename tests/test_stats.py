@@ -7,7 +7,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from vitexport import stats
+from vitexport.bench import stats
 
 
 def test_null_distributions_are_exact():

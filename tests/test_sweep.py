@@ -4,8 +4,8 @@ and noise phases that must not end the sweep early."""
 
 import pytest
 
-from vitexport import sweep
-from vitexport.rounds import Cell
+from vitexport.bench import sweep
+from vitexport.bench.rounds import Cell
 
 
 def saturating(batch):  # images/s: 400 b / (b + 4), gaining +67 %, +50 %, ... +6 % (64), +3 % (128)
@@ -109,7 +109,7 @@ def test_bench_batch_auto_reports_the_knee_in_table_and_json(monkeypatch, tmp_pa
     from typer.testing import CliRunner
 
     from fake_workers import Fake, install
-    from vitexport.cli import app
+    from vitexport.cli.app import app
 
     fake = install(monkeypatch, Fake(model_ms=lambda job, batch: 1000.0 * batch / saturating(batch)))
     result = CliRunner().invoke(app, ["bench", "--config", "tiny", "--set", "depth=1", "--backend", "torch",

@@ -10,7 +10,7 @@ __all__ = ["__version__", "export", "verify"]
 
 def __getattr__(name: str):
     if name in ("export", "verify"):
-        from . import api
+        from vitexport import api
 
         return getattr(api, name)
     raise AttributeError(name)

@@ -1,3 +1,3 @@
-from .cli import main
+from vitexport.cli.app import main
 
 main()

@@ -15,8 +15,8 @@ import platform
 from dataclasses import asdict
 from typing import Any, Callable
 
-from .backends.base import Availability, Diagnosis
-from .progress import ProgressLike, using
+from vitexport.backends.base import Availability, Diagnosis
+from vitexport.core.progress import ProgressLike, using
 
 SCHEMA = "vitexport.doctor/1"
 # Runtimes worth listing when installed even before a registered backend names them.
@@ -25,7 +25,7 @@ ALSO_LISTED = ("executorch",)
 
 def doctor(progress: ProgressLike = None) -> dict[str, Any]:
     """The whole report, as `vitexport doctor --json` prints it."""
-    from . import backends
+    from vitexport import backends
 
     with using(progress) as reporter:
         names = list(backends.REGISTRY)
@@ -41,8 +41,8 @@ def doctor(progress: ProgressLike = None) -> dict[str, Any]:
 
 
 def machine() -> dict[str, Any]:
-    from . import fingerprint
-    from .environment import (available_memory_bytes, gpus, jetson_facts, jetson_power, tool_packages,
+    from vitexport.bench import fingerprint
+    from vitexport.core.environment import (available_memory_bytes, gpus, jetson_facts, jetson_power, tool_packages,
                               total_memory_bytes, versions)
 
     names, driver, source = gpus()
@@ -64,7 +64,7 @@ def machine() -> dict[str, Any]:
 
 def backend_verdict(name: str) -> dict[str, Any]:
     """Can it export here, can it run here, why not; what else to know; which bench rows can run."""
-    from . import backends
+    from vitexport import backends
 
     try:
         be = backends.get(name)

@@ -7,10 +7,11 @@ import pytest
 pytest.importorskip("coremltools")
 
 from zoo_models import ZOO, zoo_spec  # noqa: E402
-from vitexport import api, sidecar  # noqa: E402
+from vitexport import api
+from vitexport.export import sidecar
 from vitexport.backends.coreml.options import CoreMLOptions  # noqa: E402
-from vitexport.errors import ParityError, UsageError  # noqa: E402
-from vitexport.sources import SourceSpec  # noqa: E402
+from vitexport.core.errors import ParityError, UsageError  # noqa: E402
+from vitexport.models.sources import SourceSpec  # noqa: E402
 
 SMALL = SourceSpec("tiny", overrides={"depth": 2})
 
@@ -115,7 +116,7 @@ def test_an_op_the_evaluator_lacks_is_exit_2_naming_it(out_dir, monkeypatch):
     from typer.testing import CliRunner
 
     from vitexport.backends.coreml import mil_eval
-    from vitexport.cli import app
+    from vitexport.cli.app import app
 
     if platform.system() == "Darwin":
         pytest.skip("Core ML itself checks packages on macOS")

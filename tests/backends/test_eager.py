@@ -6,8 +6,8 @@ import pytest
 from vitexport import backends
 from vitexport.backends.base import RunOptions
 from vitexport.backends.eager import EagerRunner
-from vitexport.errors import UsageError
-from vitexport.sources import SourceSpec, load
+from vitexport.core.errors import UsageError
+from vitexport.models.sources import SourceSpec, load
 
 
 def test_reference_runs_the_model_on_host_arrays():
@@ -19,7 +19,8 @@ def test_reference_runs_the_model_on_host_arrays():
 
 
 def test_rebuilds_the_recorded_model_from_a_sidecar(tmp_path):
-    from vitexport import api, sidecar
+    from vitexport import api
+    from vitexport.export import sidecar
 
     result = api.export("onnx", SourceSpec("tiny", overrides={"depth": 1}, seed=5), None, tmp_path, seed=5)
     record = sidecar.read(result["artifact"])

@@ -21,11 +21,12 @@ import pytest
 from typer.testing import CliRunner
 
 from zoo_models import ROOT
-from vitexport import api, backends, sidecar
+from vitexport import api, backends
+from vitexport.export import sidecar
 from vitexport.backends.executorch.options import ExecuTorchOptions
-from vitexport.cli import app
-from vitexport.errors import BackendUnavailable, ParityError, RuntimeFailure, UsageError
-from vitexport.sources import SourceSpec
+from vitexport.cli.app import app
+from vitexport.core.errors import BackendUnavailable, ParityError, RuntimeFailure, UsageError
+from vitexport.models.sources import SourceSpec
 
 needs_executorch = pytest.mark.skipif(importlib.util.find_spec("executorch") is None,
                                       reason="executorch is not installed")
@@ -321,7 +322,8 @@ def test_dynamic_batch_is_bounded_and_checked_at_1_3_and_max(tmp_path):
 def test_thread_pool_is_sized_before_loading_and_never_after(fp32_pte, monkeypatch):
     code = textwrap.dedent(f"""
         from pathlib import Path
-        from vitexport import backends, sidecar
+        from vitexport import backends
+        from vitexport.export import sidecar
         from vitexport.backends.base import RunOptions
         from executorch.extension.pybindings.portable_lib import _threadpool_get_thread_count
         path = Path({fp32_pte['artifact']!r})

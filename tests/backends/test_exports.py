@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from zoo_models import ZOO, zoo_spec
-from vitexport import api, backends, sidecar
+from vitexport import api, backends
+from vitexport.export import sidecar
 from vitexport.backends.base import ExportOptions
-from vitexport.errors import ExportError, ParityError
-from vitexport.sources import SourceSpec
+from vitexport.core.errors import ExportError, ParityError
+from vitexport.models.sources import SourceSpec
 
 # Backends that export straight from PyTorch and run on this machine; others have their own tests.
 DIRECT = [be.name for be in backends.exporters() if be.builds_from is None]
@@ -98,8 +99,8 @@ def test_torchvision_vit_b_16_matches_pytorch(backend, out_dir):
 def test_sidecar_holds_what_reverification_needs(backend, out_dir, tmp_path):
     from safetensors.torch import save_file
 
-    from vitexport.configs import PRESETS
-    from vitexport.model import build
+    from vitexport.models.presets import PRESETS
+    from vitexport.models.vit import build
 
     weights = tmp_path / "w.safetensors"
     save_file(build(PRESETS["tiny"].replace(depth=1), seed=9).state_dict(), str(weights))

@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from vitexport import api, backends, sidecar
+from vitexport import api, backends
+
+from vitexport.export import sidecar
 from vitexport.backends.onnx.options import OnnxOptions
-from vitexport.hf.architectures import ARCHITECTURES
-from vitexport.sources import SourceSpec
+from vitexport.models.hf.architectures import ARCHITECTURES
+from vitexport.models.sources import SourceSpec
 
 ARCHS = sorted(ARCHITECTURES)
 # A dual checkpoint's vision tower loads as another entry's class (CLIPModel as CLIPVisionModelWithProjection):
@@ -90,7 +92,7 @@ def test_coreml_image_input_takes_the_processors_8_bit_pixels(hf_dir, out_dir):
     from PIL import Image
 
     from vitexport.backends.coreml.mil_eval import load_program
-    from vitexport.sources import load
+    from vitexport.models.sources import load
 
     folder = hf_dir("Dinov2ForImageClassification")
     result = export("coreml", SourceSpec(f"hf:{folder}"), out_dir, image_input=True)

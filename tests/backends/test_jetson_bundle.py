@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vitexport import cli, sidecar
+from vitexport.cli import app as cli
+
+from vitexport.export import sidecar
 from vitexport.backends.tensorrt import bundle
 from vitexport.backends.tensorrt.bundle import build_script, trtexec_lines
 from vitexport.backends.tensorrt.options import TensorRTOptions
-from vitexport.errors import UsageError
+from vitexport.core.errors import UsageError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
 from device_harness import SPEC, copy_to_device, run_check  # noqa: E402
@@ -81,7 +83,7 @@ def test_an_engine_whose_onnx_changed_is_refused(engine, tmp_path):
     record = sidecar.read(path)
     record.info = dict(record.info, onnx_sha256="0" * 64)
     from vitexport.deploy import TARGETS
-    from vitexport.errors import ParityError
+    from vitexport.core.errors import ParityError
 
     with pytest.raises(ParityError, match="changed since the engine was built"):
         bundle.device_check(path, record, TARGETS["jetson"])

@@ -8,8 +8,8 @@ from vitexport import api
 from vitexport.backends.onnx import export as onnx_export
 from vitexport.backends.base import RunOptions
 from vitexport.backends.onnx.options import OnnxOptions
-from vitexport.errors import ParityError, UsageError
-from vitexport.sources import SourceSpec
+from vitexport.core.errors import ParityError, UsageError
+from vitexport.models.sources import SourceSpec
 
 TINY = SourceSpec("tiny", overrides={"depth": 2})
 
@@ -111,7 +111,7 @@ def test_bad_options(out_dir, options, message):
 def test_a_missing_provider_is_exit_3_unless_fallback_is_allowed(out_dir):
     import onnxruntime as ort
 
-    from vitexport.errors import BackendUnavailable
+    from vitexport.core.errors import BackendUnavailable
 
     result = export(out_dir)
     session = ort.InferenceSession(result["artifact"], providers=["CUDAExecutionProvider", "CPUExecutionProvider"])

@@ -11,10 +11,11 @@ import pytest
 from PIL import Image
 
 from zoo_models import ZOO, zoo_spec
-from vitexport import api, sidecar
+from vitexport import api
+from vitexport.export import sidecar
 from vitexport.backends.onnx.options import OnnxOptions
-from vitexport.errors import ParityError, UsageError
-from vitexport.sources import SourceSpec
+from vitexport.core.errors import ParityError, UsageError
+from vitexport.models.sources import SourceSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGITS = SourceSpec("digits", weights=str(ROOT / "samples" / "digits" / "digits_vit.safetensors"))
@@ -78,7 +79,7 @@ def test_digits_keep_their_accuracy_and_agree_at_least_as_well_as_plain_dynamic(
     import onnxruntime as ort
     from onnxruntime.quantization import quantize_dynamic
 
-    from vitexport.inputs import load_images
+    from vitexport.verify.feeds import load_images
 
     result = int8(out_dir, DIGITS, images=HOLDOUT)
     images = result["parity"]["images"]
@@ -162,7 +163,7 @@ def test_bad_requests_exit_2(out_dir, tmp_path, options, message):
 def test_the_accuracy_gate_flags_are_checked(out_dir):
     from typer.testing import CliRunner
 
-    from vitexport.cli import app
+    from vitexport.cli.app import app
 
     for flag, value, message in (("--max-accuracy-drop", "-1", "--max-accuracy-drop must be >= 0"),
                                  ("--min-top1-agreement", "1.5", "--min-top1-agreement must be <= 1")):

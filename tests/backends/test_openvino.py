@@ -10,13 +10,15 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from vitexport import api, backends, sidecar
+from vitexport import api, backends
+
+from vitexport.export import sidecar
 from vitexport.backends.base import RunOptions
 from vitexport.backends.openvino import devices
 from vitexport.backends.openvino.options import OpenVinoOptions
-from vitexport.cli import app
-from vitexport.errors import BackendUnavailable, RuntimeFailure
-from vitexport.sources import SourceSpec
+from vitexport.cli.app import app
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure
+from vitexport.models.sources import SourceSpec
 
 pytest.importorskip("openvino")
 
@@ -180,9 +182,9 @@ def test_the_first_divergent_block_is_named(tmp_path):
     import torch
 
     from vitexport.backends.openvino.localize import localize_ir
-    from vitexport.inputs import random_pixels
-    from vitexport.parity import TOLERANCES
-    from vitexport.sources import load
+    from vitexport.verify.feeds import random_pixels
+    from vitexport.verify.parity import TOLERANCES
+    from vitexport.models.sources import load
 
     spec = SourceSpec("tiny", overrides={"depth": 3})
     result = api.export("openvino", spec, OpenVinoOptions(), tmp_path)
@@ -253,7 +255,7 @@ def test_optimize_candidates_on_a_cpu():
 def test_keep_fp32_takes_op_types_names_globs_and_module_paths():
     from vitexport.backends.openvino.convert import convert
     from vitexport.backends.openvino.quantize import kept_float
-    from vitexport.sources import load
+    from vitexport.models.sources import load
 
     model, _ = convert(load(SourceSpec("tiny", overrides={"depth": 2})), OpenVinoOptions())
     qkv = "__module.blocks.1.attn.qkv/aten::linear/MatMul"

@@ -12,11 +12,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vitexport import api, backends, cli, sidecar
+from vitexport import api, backends
+
+from vitexport.cli import app as cli
+
+from vitexport.export import sidecar
 from vitexport.backends.base import Backend, ExportOptions
-from vitexport.errors import UsageError
-from vitexport.options import flag_of
-from vitexport.sources import SourceSpec
+from vitexport.core.errors import UsageError
+from vitexport.core.options import flag_of
+from vitexport.models.sources import SourceSpec
 
 TESTS = Path(__file__).resolve().parent
 

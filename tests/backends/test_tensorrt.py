@@ -10,8 +10,8 @@ import pytest
 
 from zoo_models import ZOO, zoo_spec
 from vitexport import api
-from vitexport.errors import BackendUnavailable, ExitCode, RuntimeFailure, UsageError
-from vitexport.sources import SourceSpec
+from vitexport.core.errors import BackendUnavailable, ExitCode, RuntimeFailure, UsageError
+from vitexport.models.sources import SourceSpec
 from vitexport.backends.tensorrt import generations as trt_api
 from vitexport.backends.tensorrt.options import TensorRTOptions, validate
 
@@ -361,7 +361,7 @@ def test_profiles_per_bucket_and_a_calibration_profile():
 
 
 def test_jetpack_from_the_tegra_release_file(tmp_path):
-    from vitexport.environment import jetson_facts
+    from vitexport.core.environment import jetson_facts
 
     release = tmp_path / "nv_tegra_release"
     release.write_text("# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, DATE: x\n")
@@ -601,7 +601,7 @@ def build(small_vit, out: Path, **kwargs):
 
 
 def test_rtx_engine_io_matches_the_onnx(rtx, small_vit, tmp_path):
-    from vitexport.environment import sha256_file as sha256
+    from vitexport.core.environment import sha256_file as sha256
     from vitexport.backends.tensorrt.iocheck import io_differences
 
     engine = tmp_path / "vit.engine"
@@ -674,7 +674,7 @@ def test_unreadable_onnx_is_a_usage_error(rtx, tmp_path):
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, RuntimeError])
 def test_an_interrupted_build_leaves_nothing_half_written(rtx, small_vit, tmp_path, monkeypatch, interrupt):
     from vitexport.backends.tensorrt import build as build_module
-    from vitexport.environment import atomic_path
+    from vitexport.core.environment import atomic_path
 
     def write_then_fail(final, data):
         with atomic_path(final) as tmp:

@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from vitexport import api, backends, sidecar
-from vitexport.errors import ParityError, RuntimeFailure
-from vitexport.sources import SourceSpec
+from vitexport import api, backends
+
+from vitexport.export import sidecar
+from vitexport.core.errors import ParityError, RuntimeFailure
+from vitexport.models.sources import SourceSpec
 
 TINY = SourceSpec("tiny", overrides={"depth": 1})
 

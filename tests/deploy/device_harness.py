@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vitexport.sources import SourceSpec
+from vitexport.models.sources import SourceSpec
 
 SPEC = SourceSpec("tiny", overrides={"depth": 1, "image_size": 32})
 

@@ -12,7 +12,7 @@ import pytest
 from device_harness import copy_to_device, run_check
 from typer.testing import CliRunner
 
-from vitexport import cli
+from vitexport.cli import app as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 

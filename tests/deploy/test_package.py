@@ -13,11 +13,13 @@ import pytest
 from device_harness import run_check
 from typer.testing import CliRunner
 
-from vitexport import cli, sidecar
+from vitexport.cli import app as cli
+
+from vitexport.export import sidecar
 from vitexport.deploy import golden, manifest
 from vitexport.deploy.package import package
-from vitexport.errors import OutputError, ParityError, UsageError
-from vitexport.termination import Terminated
+from vitexport.core.errors import OutputError, ParityError, UsageError
+from vitexport.core.termination import Terminated
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "samples" / "images"
@@ -76,7 +78,7 @@ def test_images_are_carried_preprocessed_with_a_dynamic_batch(exported, tmp_path
     assert set(cases) == {"random-0", "random-1", "random-b4", "images"}
     assert cases["images"]["rows"] == 5 and cases["images"]["batch"] == 4  # run as 4 + 1 padded
     assert cases["images"]["images"][0] == "china.jpg" and cases["images"]["labels"] is None
-    from vitexport.inputs import load_images
+    from vitexport.verify.feeds import load_images
 
     expected, _, _ = load_images(IMAGES, sidecar.read(artifact).source.preprocessing, (1, 3, 32, 32))
     assert np.array_equal(np.load(folder / cases["images"]["input"]), expected)
@@ -173,7 +175,7 @@ def test_preprocessing_follows_a_hugging_face_processor_and_its_labels():
 
     from vitexport.deploy import describe
     from vitexport.deploy.build import labels_of
-    from vitexport.sidecar import ArtifactRecord, SourceRecord
+    from vitexport.export.sidecar import ArtifactRecord, SourceRecord
 
     steps = {"class": "ViTImageProcessor", "resize": {"height": 32, "width": 32}, "resample": "bilinear",
              "center_crop": None, "rescale_factor": 1 / 255, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}

@@ -11,12 +11,14 @@ import pytest
 from device_harness import copy_to_device, run_check
 from typer.testing import CliRunner
 
-from vitexport import backends, cli
+from vitexport import backends
+
+from vitexport.cli import app as cli
 from vitexport.backends.base import DeviceCheck
 from vitexport.deploy import TARGETS, manifest
 from vitexport.deploy.package import package
-from vitexport.errors import UsageError
-from vitexport.sidecar import ArtifactRecord, SourceRecord
+from vitexport.core.errors import UsageError
+from vitexport.export.sidecar import ArtifactRecord, SourceRecord
 
 # Where each backend's artifacts can be packaged (a backend added later is checked for the contract only).
 SUPPORTED = {

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vitexport import backends
-from vitexport.cli import app
+from vitexport.cli.app import app
 from vitexport.matrix.plan import PlanError, load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,7 +172,7 @@ def test_missing_ray_says_which_extra(tmp_path, monkeypatch):
 def test_help_and_the_local_path_do_not_import_ray():
     import subprocess
 
-    code = ("import sys; from vitexport.cli import app; import vitexport.matrix.run, vitexport.matrix.local, "
+    code = ("import sys; from vitexport.cli.app import app; import vitexport.matrix.run, vitexport.matrix.local, "
             "vitexport.matrix.merged, vitexport.matrix.worker; "
             "assert 'ray' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vitexport import report
-from vitexport.cli import app
+from vitexport.report import tables as report
+from vitexport.cli.app import app
 from vitexport.matrix.plan import load_plan
 from vitexport.matrix.run import run
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitexport.backends.base import Artifact, Availability, Backend, ExportOptions, RunOptions, Runner
-from vitexport.options import option
+from vitexport.core.options import option
 
 
 @dataclass(frozen=True)

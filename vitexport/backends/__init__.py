@@ -7,10 +7,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ..errors import UsageError
+from vitexport.core.errors import UsageError
 
 if TYPE_CHECKING:
-    from .base import Backend, BenchTarget
+    from vitexport.backends.base import Backend, BenchTarget
 
 REGISTRY: dict[str, str] = {
     "torch": "vitexport.backends.eager",

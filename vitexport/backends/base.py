@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from ..errors import UsageError
-from ..options import check_fields, option
+from vitexport.core.errors import UsageError
+from vitexport.core.options import check_fields, option
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..checks import Divergence, Finding
-    from ..parity import Tolerance
-    from ..sidecar import ArtifactRecord
-    from ..sources import LoadedModel
+    from vitexport.verify.checks import Divergence, Finding
+    from vitexport.verify.parity import Tolerance
+    from vitexport.export.sidecar import ArtifactRecord
+    from vitexport.models.sources import LoadedModel
 
 DEFAULT_MAX_BATCH = 8  # the largest batch a dynamic-batch artifact is checked at unless told otherwise
 
@@ -282,12 +282,12 @@ class Backend(ABC):
 
     def check_batches(self, record: "ArtifactRecord", max_batch: int) -> list[int]:
         """Batch sizes the artifact is checked at (override for artifacts that take a fixed list)."""
-        from ..inputs import verification_batches
+        from vitexport.verify.feeds import verification_batches
 
         return verification_batches(tuple(record.source.input_shape), record.dynamic_batch, max_batch)
 
     def tolerance(self, precision: str) -> "Tolerance":
-        from ..parity import TOLERANCES
+        from vitexport.verify.parity import TOLERANCES
 
         table = {**TOLERANCES, **self.tolerances}
         if precision not in table:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import UsageError
-from .base import Availability, Backend, BenchTarget, Diagnosis, RunOptions, Runner
+from vitexport.core.errors import UsageError
+from vitexport.backends.base import Availability, Backend, BenchTarget, Diagnosis, RunOptions, Runner
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,7 +36,7 @@ class EagerRunner(Runner):
         import numpy as np
         import torch
 
-        from ..sources import export_mode
+        from vitexport.models.sources import export_mode
 
         x = torch.from_numpy(np.ascontiguousarray(feed[self.input_name])).to(self.device)
         with torch.inference_mode(), export_mode():
@@ -69,7 +69,7 @@ class EagerBackend(Backend):
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()) -> EagerRunner:
         """Rebuild the model recorded in a sidecar and run it eagerly."""
-        from ..sources import SourceSpec, load
+        from vitexport.models.sources import SourceSpec, load
 
         loaded = load(SourceSpec.from_dict(record.source.spec))
         return EagerRunner(loaded.model, record.input_names[0], record.output_names, run.device)

@@ -15,7 +15,7 @@ def keep_most_sensitive(loaded, options: Any, record, rank: Callable[[Any], Any]
         return None
     from dataclasses import replace
 
-    from ..inputs import random_pixels
+    from vitexport.verify.feeds import random_pixels
 
     pre = loaded.preprocessing
     x = random_pixels((4, *loaded.input_shape[1:]), 1, pre.get("mean"), pre.get("std"))

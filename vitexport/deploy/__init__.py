@@ -18,8 +18,8 @@ from an exported artifact. judge: a device report against its package.
 
 from __future__ import annotations
 
-from ..backends.base import DeviceTarget
-from ..errors import UsageError
+from vitexport.backends.base import DeviceTarget
+from vitexport.core.errors import UsageError
 
 TARGETS: dict[str, DeviceTarget] = {
     "linux": DeviceTarget("linux", "python", "a Linux machine"),

@@ -12,15 +12,15 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import sidecar
-from ..errors import OutputError, ParityError, UsageError
-from ..progress import ProgressLike, as_progress
-from . import describe, golden, manifest
+from vitexport.export import sidecar
+from vitexport.core.errors import OutputError, ParityError, UsageError
+from vitexport.core.progress import ProgressLike, as_progress
+from vitexport.deploy import describe, golden, manifest
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend, DeviceCheck, DeviceTarget
-    from ..sidecar import ArtifactRecord
-    from ..sources import LoadedModel
+    from vitexport.backends.base import Backend, DeviceCheck, DeviceTarget
+    from vitexport.export.sidecar import ArtifactRecord
+    from vitexport.models.sources import LoadedModel
 
 # The check programs each target's package carries, beside the backend's runner (vitexport/deploy/device/).
 PROGRAMS = {"python": ("check.py",), "swift": ("DeviceCheckTests.swift",), "kotlin": ("DeviceCheckTest.kt",)}
@@ -35,8 +35,8 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
     """Write the package for the artifact at `path` (described by `record`, its model `loaded`) to
     `folder`; return what the CLI's --json prints. `check`: the backend's device check for the
     target, when the caller asked for it already."""
-    from ..environment import versions
-    from ..staging import prepare_out_dir, staging
+    from vitexport.core.environment import versions
+    from vitexport.export.staging import prepare_out_dir, staging
 
     progress = as_progress(progress)
     folder = Path(folder)
@@ -128,8 +128,8 @@ def unchanged(be: "Backend", copied: Path, record: "ArtifactRecord") -> None:
 def publish(staged: Path, folder: Path, force: bool) -> None:
     """Rename the staged package to `folder` under the output folder's lock, moving a package of that
     name aside first (a folder cannot be renamed over a non-empty one)."""
-    from ..environment import ordinary_permissions
-    from ..staging import PREFIX, publishing_lock
+    from vitexport.core.environment import ordinary_permissions
+    from vitexport.export.staging import PREFIX, publishing_lock
 
     ordinary_permissions(staged)
     _executable(staged)
@@ -187,6 +187,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _version() -> str:
-    from .. import __version__
+    from vitexport import __version__
 
     return __version__

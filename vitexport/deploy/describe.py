@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..backends.base import DeviceCheck, DeviceTarget
-    from ..sidecar import ArtifactRecord
+    from vitexport.backends.base import DeviceCheck, DeviceTarget
+    from vitexport.export.sidecar import ArtifactRecord
 
 
 def preprocessing(record: "ArtifactRecord", labels: list[str] | None, input_dtype: str) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def preprocessing(record: "ArtifactRecord", labels: list[str] | None, input_dtyp
 
 
 def _steps(pre: dict, channels: int, height: int, width: int, mean, std) -> list[dict[str, Any]]:
-    """The steps vitexport itself applies to --images (vitexport.inputs.preprocess), in order."""
+    """The steps vitexport itself applies to --images (vitexport.verify.feeds.preprocess), in order."""
     colour = "RGB" if channels == 3 else "8-bit grayscale" if channels == 1 else f"{channels}-channel"
     steps: list[dict[str, Any]] = [{"step": "decode", "to": colour,
                                     "words": f"Decode the image to {colour} with 8 bits per channel"

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
-    from ..parity import Tolerance
-    from ..sidecar import ArtifactRecord
-    from ..sources import LoadedModel
+    from vitexport.backends.base import Backend
+    from vitexport.verify.parity import Tolerance
+    from vitexport.export.sidecar import ArtifactRecord
+    from vitexport.models.sources import LoadedModel
 
 SCHEMA = "vitexport.golden/1"
 FOLDER = "golden"
@@ -49,7 +49,7 @@ def eight_bit_pixels(shape: tuple[int, ...], seed: int, mean, std) -> np.ndarray
 def make_cases(be: "Backend", record: "ArtifactRecord", images=None) -> list[Case]:
     """The package's cases: seeded inputs at the smallest batch the artifact is checked at (and the
     largest, when its batch is dynamic), then `images` at the artifact's own batch."""
-    from ..inputs import load_images
+    from vitexport.verify.feeds import load_images
 
     pre = record.source.preprocessing
     shape = tuple(record.source.input_shape)
@@ -74,8 +74,8 @@ def make_cases(be: "Backend", record: "ArtifactRecord", images=None) -> list[Cas
 def reference_outputs(loaded: "LoadedModel", record: "ArtifactRecord", cases: list[Case]) -> list[list[np.ndarray]]:
     """PyTorch's outputs for every row of every case, in the artifact's output order, computed in
     the case's own batches (the padding rows dropped)."""
-    from ..backends.eager import EagerRunner
-    from ..inputs import chunks
+    from vitexport.backends.eager import EagerRunner
+    from vitexport.verify.feeds import chunks
 
     name = record.input_names[0]
     found = []

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ParityError, UsageError
-from . import manifest
+from vitexport.core.errors import ParityError, UsageError
+from vitexport.deploy import manifest
 
 SCHEMA = "vitexport.device-report/1"
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -26,8 +26,8 @@ def judge(report_path: str | Path, *, package: str | Path | None = None, atol: f
           rtol: float | None = None, gate=None) -> dict[str, Any]:
     """The verify result for the report at `report_path` (the package: `package`, default the report's
     folder). Raises ParityError (exit 4) when the device's outputs leave tolerance."""
-    from ..jsonfile import read_json
-    from ..parity import compare
+    from vitexport.core.jsonfile import read_json
+    from vitexport.verify.parity import compare
 
     report_path = Path(report_path)
     report = read_json(report_path, "device report")
@@ -148,8 +148,8 @@ def _tolerance(listed: dict, golden: dict, atol, rtol, gate):
     """The golden tolerance, with the precision's accuracy gate and the user's overrides."""
     from dataclasses import replace
 
-    from .. import backends
-    from ..parity import TOLERANCES, Tolerance
+    from vitexport import backends
+    from vitexport.verify.parity import TOLERANCES, Tolerance
 
     tol = golden.get("tolerance")
     if not isinstance(tol, dict) or not all(isinstance(tol.get(k), (int, float))
@@ -165,7 +165,7 @@ def _tolerance(listed: dict, golden: dict, atol, rtol, gate):
 
 
 def _judge_images(parity, tol, folder: Path, case: dict, reference: np.ndarray, candidate: np.ndarray) -> None:
-    from ..checks import apply_gate, image_check
+    from vitexport.verify.checks import apply_gate, image_check
 
     parity.images = image_check(f"{folder.name}/golden ({len(case['images'])} images)",
                                 {"reference": [reference], "candidate": [candidate]}, case.get("labels"))

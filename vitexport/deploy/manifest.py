@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..environment import NotARegularFile, sha256_file
-from ..errors import UsageError
-from ..jsonfile import read_json
+from vitexport.core.environment import NotARegularFile, sha256_file
+from vitexport.core.errors import UsageError
+from vitexport.core.jsonfile import read_json
 
 SCHEMA = "vitexport.package/1"
 NAME = "manifest.json"

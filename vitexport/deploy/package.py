@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import ParityError, UsageError
-from ..progress import ProgressLike, using
-from . import target as device_target
-from .build import write_package
+from vitexport.core.errors import ParityError, UsageError
+from vitexport.core.progress import ProgressLike, using
+from vitexport.deploy import target as device_target
+from vitexport.deploy.build import write_package
 
 
 def package(artifact: str | Path, target: str, *, images: str | Path | None = None, out_dir: str | Path | None = None,
@@ -21,9 +21,10 @@ def package(artifact: str | Path, target: str, *, images: str | Path | None = No
     """Write `OUT/NAME-BACKEND-TARGET/` for the artifact at `artifact` (OUT: `out_dir`, default the
     artifact's folder); return what --json prints. Raises UsageError for what cannot be packaged,
     ParityError (exit 4) for a damaged or failed artifact."""
-    from .. import backends, sidecar
-    from ..pipeline import check_weights_unchanged, damaged, integrity_problem, trusted_spec
-    from ..sources import load
+    from vitexport import backends
+    from vitexport.export import sidecar
+    from vitexport.export.pipeline import check_weights_unchanged, damaged, integrity_problem, trusted_spec
+    from vitexport.models.sources import load
 
     where = device_target(target)
     path = Path(artifact)

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .keys import SCHEMA
+from vitexport.matrix.keys import SCHEMA
 
 MAX_RECORD_BYTES = 16 * 2**20
 
@@ -36,8 +36,8 @@ class Cache:
 
     def get(self, kind: str, key: str) -> dict[str, Any] | None:
         """The record of `kind` ("export", "timing") under `key`, or None (missing or unreadable)."""
-        from ..errors import UsageError
-        from ..jsonfile import read_json
+        from vitexport.core.errors import UsageError
+        from vitexport.core.jsonfile import read_json
 
         path = self._path(kind, key)
         if not path.is_file():
@@ -53,7 +53,7 @@ class Cache:
         return record
 
     def put(self, kind: str, key: str, record: dict[str, Any]) -> Path:
-        from ..environment import write_atomic
+        from vitexport.core.environment import write_atomic
 
         path = self._path(kind, key)
         write_atomic(path, json.dumps({"schema": SCHEMA, "kind": kind, "key": key, **record}, indent=1,
@@ -66,9 +66,10 @@ class Cache:
     def artifact_intact(self, record: dict[str, Any]) -> bool:
         """Whether the record's artifact is still the one exported: its files hash to its sidecar's
         sha256, and that sidecar is the one the record was written with."""
-        from .. import backends, sidecar
-        from ..errors import UsageError
-        from ..pipeline import integrity_problem
+        from vitexport import backends
+        from vitexport.export import sidecar
+        from vitexport.core.errors import UsageError
+        from vitexport.export.pipeline import integrity_problem
 
         rel = record.get("artifact")
         if not isinstance(rel, str):

@@ -27,9 +27,9 @@ def run(kind: str, job: dict) -> dict:
 def export_cell(job: dict) -> dict:
     """job: backend, spec (SourceSpec.to_dict()), options (Options.to_dict()), out, images, atol, rtol,
     min_top1_agreement, max_accuracy_drop, seed."""
-    from .. import api, backends
-    from ..errors import BackendUnavailable, ParityError
-    from ..sources import SourceSpec
+    from vitexport import api, backends
+    from vitexport.core.errors import BackendUnavailable, ParityError
+    from vitexport.models.sources import SourceSpec
 
     t0 = time.perf_counter()
     be = backends.get(job["backend"])
@@ -52,9 +52,9 @@ def export_cell(job: dict) -> dict:
 def timing_cell(job: dict) -> dict:
     """job: artifact, bench_target, batch, settings (plan.Bench.settings()), seed, device, scratch (a
     folder for the bench's own report files, removed afterwards)."""
-    from .. import api
-    from ..errors import BackendUnavailable, RuntimeFailure
-    from ..staging import staging
+    from vitexport import api
+    from vitexport.core.errors import BackendUnavailable, RuntimeFailure
+    from vitexport.export.staging import staging
 
     t0 = time.perf_counter()
     s = job["settings"]
@@ -97,7 +97,7 @@ def _bare(hint):
 
 def describe(error: BaseException) -> str:
     """One line: vitexport's own messages as they are, anything else with its type."""
-    from ..errors import VitexportError
+    from vitexport.core.errors import VitexportError
 
     text = (str(error).strip().splitlines() or [""])[0][:300]
     return text if isinstance(error, VitexportError) else f"{type(error).__name__}: {text}"
@@ -107,7 +107,8 @@ def describe(error: BaseException) -> str:
 
 def pack(artifact: Path) -> dict:
     """An artifact, its other files and its sidecar as bytes, with the sha256 its sidecar records."""
-    from .. import backends, sidecar
+    from vitexport import backends
+    from vitexport.export import sidecar
 
     artifact = Path(artifact)
     record = sidecar.read(artifact)
@@ -121,9 +122,10 @@ def pack(artifact: Path) -> dict:
 def unpack(packed: dict, folder: Path) -> Path:
     """Write a packed artifact into `folder` and prove it is the one packed: its files hash to its
     sidecar's sha256, which is the one the sender read. Raises ParityError (a damaged artifact)."""
-    from .. import backends, sidecar
-    from ..errors import ParityError
-    from ..pipeline import integrity_problem
+    from vitexport import backends
+    from vitexport.export import sidecar
+    from vitexport.core.errors import ParityError
+    from vitexport.export.pipeline import integrity_problem
 
     folder = Path(folder)
     for name, data in packed["files"]:

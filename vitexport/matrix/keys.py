@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .plan import Check, Model, Plan, Target, names_a_path
+from vitexport.matrix.plan import Check, Model, Plan, Target, names_a_path
 
 SCHEMA = "vitexport.matrix/1"
 # Facts of a fingerprint that change from one run to the next without the machine changing.
@@ -37,7 +37,7 @@ class Digests:
 
     def of(self, path: str | Path) -> str | None:
         """sha256 over a file, or over a folder's files and their relative names; None if it is gone."""
-        from ..environment import sha256_file
+        from vitexport.core.environment import sha256_file
 
         path = Path(path)
         if path.is_file():
@@ -95,8 +95,8 @@ def option_files(target: Target, digests: Digests) -> dict[str, str | None]:
 def tool_versions(backend: str) -> dict[str, str]:
     """Versions of what builds and checks this backend's artifacts (its upstream's too), not of every
     backend: a new Core ML does not redo ONNX exports."""
-    from .. import backends
-    from ..environment import BASE_PACKAGES, versions
+    from vitexport import backends
+    from vitexport.core.environment import BASE_PACKAGES, versions
 
     names, be = list(BASE_PACKAGES), backends.get(backend)
     while be is not None:

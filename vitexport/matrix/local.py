@@ -85,7 +85,7 @@ class LocalPool:
 
     def devices(self, names: tuple[str, ...], threads: int | None) -> dict[str, dict]:
         """For each device: {"fingerprint"} where it can time here, else {"reason"}."""
-        from ..fingerprint import fingerprint
+        from vitexport.bench.fingerprint import fingerprint
 
         out = {}
         for name in names:

@@ -1,5 +1,5 @@
 """The matrix's one report, built with the bench report and `compare` code: a bench report per device
-(`OUT/reports/DEVICE.json`, each one `vitexport compare` reads), merged by `vitexport.report.merge`
+(`OUT/reports/DEVICE.json`, each one `vitexport compare` reads), merged by `vitexport.report.tables.merge`
 into `OUT/matrix-PLAN.{json,csv,md,png}`, plus the `matrix` section: every cell with its export's
 status and parity, and per model the fastest verified artifact on each device at each batch size.
 
@@ -15,10 +15,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import OutputError
+from vitexport.core.errors import OutputError
 
 if TYPE_CHECKING:
-    from .run import Cell, Matrix
+    from vitexport.matrix.run import Cell, Matrix
 
 MATRIX_SCHEMA = "vitexport.matrix-report/1"
 EXTENSIONS = ("json", "csv", "md", "png")
@@ -45,8 +45,8 @@ def check_writable(out: Path, plan) -> None:
 
 
 def _is_ours(path: Path) -> bool:
-    from ..errors import UsageError
-    from ..jsonfile import read_json
+    from vitexport.core.errors import UsageError
+    from vitexport.core.jsonfile import read_json
 
     if path.is_symlink() or not path.is_file():
         return False
@@ -59,8 +59,8 @@ def _is_ours(path: Path) -> bool:
 
 def write(matrix: "Matrix", where: str) -> dict[str, Any]:
     """Write the per-device reports and the merged report; return the merged report."""
-    from .. import report as reports
-    from ..staging import staging
+    from vitexport.report import tables as reports
+    from vitexport.export.staging import staging
 
     out, plan = matrix.out, matrix.plan
     check_writable(out, plan)
@@ -91,7 +91,7 @@ def write(matrix: "Matrix", where: str) -> dict[str, Any]:
 
 def per_device(matrix: "Matrix") -> dict[str, dict]:
     """One bench report per device that timed something: its rows, machine and settings."""
-    from .. import report as reports
+    from vitexport.report import tables as reports
 
     out: dict[str, dict] = {}
     for cell in matrix.cells:
@@ -116,7 +116,7 @@ def per_device(matrix: "Matrix") -> dict[str, dict]:
 
 
 def empty_report(plan) -> dict:
-    from .. import report as reports
+    from vitexport.report import tables as reports
 
     return {"schema": reports.SCHEMA, "model": plan.name, "label": None, "merged_from": [], "sources": [],
             "warnings": [], "settings": None, "fingerprint": None, "results": [], "roofline": None}
@@ -201,7 +201,7 @@ def labelled(merged: dict) -> dict:
 
 
 def write_markdown(merged: dict, path: Path) -> None:
-    from .. import report as reports
+    from vitexport.report import tables as reports
 
     m = merged["matrix"]
     lines = [f"# vitexport matrix: {m['name']}", "",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError, VitexportError
+from vitexport.core.errors import UsageError, VitexportError
 
 MAX_BYTES = 1 << 20  # a plan is a few kB; a megabyte is some ten thousand models
 DEFAULT_DEVICE = "local"
@@ -36,7 +36,7 @@ class PlanError(UsageError):
 @dataclass(frozen=True)
 class Model:
     label: str  # the model's name in reports and cell ids
-    spec: Any  # vitexport.sources.SourceSpec, paths absolute
+    spec: Any  # vitexport.models.sources.SourceSpec, paths absolute
     key: str  # where it is in the plan: models[0]
 
 
@@ -95,7 +95,7 @@ class Plan:
 
 def load_plan(path: str | Path) -> Plan:
     """Read and check the plan at `path`; PlanError (exit 2) names the first problem."""
-    from ..jsonfile import read_bounded
+    from vitexport.core.jsonfile import read_bounded
 
     path = Path(path)
     data = read_bounded(path, "plan", MAX_BYTES, PlanError)
@@ -178,7 +178,7 @@ class _Reader:
             devices=self.devices(doc, "bench.", d.devices))
 
     def model(self, doc: Any, key: str, seed: int) -> Model:
-        from ..sources import SourceSpec
+        from vitexport.models.sources import SourceSpec
 
         doc = self.mapping(doc, key)
         self.known(doc, MODEL_KEYS, key + ".")
@@ -210,7 +210,7 @@ class _Reader:
         return Model(label, spec, key)
 
     def overrides(self, doc: dict, key: str, preset: str) -> dict:
-        from ..configs import PRESETS, ViTConfig
+        from vitexport.models.presets import PRESETS, ViTConfig
 
         if preset not in PRESETS:
             raise self.fail(f"{key}.config", f"{preset!r} is not one of {', '.join(PRESETS)}")
@@ -248,7 +248,7 @@ class _Reader:
         return text
 
     def target(self, doc: Any, key: str, bench: Bench) -> list[Target]:
-        from .. import backends
+        from vitexport import backends
 
         doc = self.mapping(doc, key)
         self.known(doc, TARGET_KEYS, key + ".")
@@ -320,7 +320,7 @@ class _Reader:
 
     def option_value(self, value: Any, field: dataclasses.Field, options_cls: type, key: str) -> Any:
         """A TOML value as the Options field holds it, checked against the field's type, choices and range."""
-        from ..options import check_fields
+        from vitexport.core.options import check_fields
 
         hint = typing.get_type_hints(options_cls)[field.name]
         value = self.coerce(value, hint, key)
@@ -484,7 +484,7 @@ def names_a_path(field: dataclasses.Field) -> bool:
 def in_plan_words(message: str, options_cls: type) -> str:
     """An Options message as a plan reads: `--keep-fp32` is `keep_fp32`, `--no-per-channel` is
     `per_channel = false`."""
-    from ..options import flag_of
+    from vitexport.core.options import flag_of
 
     for f in sorted(dataclasses.fields(options_cls), key=lambda f: -len(flag_of(f))):
         flag = flag_of(f)
@@ -495,7 +495,7 @@ def in_plan_words(message: str, options_cls: type) -> str:
 
 def default_label(spec) -> str:
     """A report name for a model: the preset and its overrides (`tiny-depth1`), else the spec's name."""
-    from ..sources import artifact_stem
+    from vitexport.models.sources import artifact_stem
 
     text = spec.model
     if ":" in text:
@@ -510,7 +510,7 @@ def _or(value, default):
 
 
 def _flag(field: dataclasses.Field) -> str:
-    from ..options import flag_of
+    from vitexport.core.options import flag_of
 
     return flag_of(field)
 

@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendUnavailable
-from .cells import describe
+from vitexport.core.errors import BackendUnavailable
+from vitexport.matrix.cells import describe
 
 PROBE_TIMEOUT_S = 600  # a device node may first install the task's runtime environment
 CANCEL_WAIT_S = 30  # how long cancelled tasks get to clean up before the cluster is stopped
@@ -102,7 +102,7 @@ class RayPool:
             return
         path = job["artifact"]
         if path not in self.packed:
-            from .cells import pack
+            from vitexport.matrix.cells import pack
 
             self.packed[path] = ray.put(pack(Path(path)))
         task = ray.remote(time_on_node).options(resources={f"device:{device}": 1}, num_cpus=self.cpus[device])
@@ -130,9 +130,9 @@ class RayPool:
 
     def arrived(self, result: dict, extra: dict) -> dict:
         """Write an exported artifact's bytes into the matrix folder, checked against its sidecar."""
-        from ..errors import ParityError
-        from ..staging import prepare_out_dir, publish, staging
-        from .cells import unpack
+        from vitexport.core.errors import ParityError
+        from vitexport.export.staging import prepare_out_dir, publish, staging
+        from vitexport.matrix.cells import unpack
 
         packed_ref = extra["packed"]
         packed = self.ray.get(packed_ref)
@@ -183,14 +183,14 @@ def node_id() -> str:
 # ------------------------------------------------------------------------ what runs on the nodes
 
 def fingerprint_on_node(threads: int | None) -> tuple[dict, str]:
-    from ..fingerprint import fingerprint
+    from vitexport.bench.fingerprint import fingerprint
 
     return fingerprint(threads), node_id()
 
 
 def export_on_node(job: dict) -> tuple[dict, dict | None]:
     """Export in a temporary folder on this node; return the result and the artifact as bytes."""
-    from .cells import export_cell, pack
+    from vitexport.matrix.cells import export_cell, pack
 
     with tempfile.TemporaryDirectory(prefix="vitexport-matrix-") as tmp:
         result = export_cell({**job, "out": tmp})
@@ -206,8 +206,8 @@ def export_on_node(job: dict) -> tuple[dict, dict | None]:
 
 def time_on_node(job: dict, packed: dict) -> dict:
     """Write the artifact's bytes into a temporary folder on this node, check them, and time them."""
-    from ..errors import ParityError
-    from .cells import timing_cell, unpack
+    from vitexport.core.errors import ParityError
+    from vitexport.matrix.cells import timing_cell, unpack
 
     with tempfile.TemporaryDirectory(prefix="vitexport-matrix-") as tmp:
         try:

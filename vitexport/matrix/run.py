@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import ExitCode
-from .cache import Cache
-from .keys import Digests, digest, export_inputs, timing_inputs
-from .plan import Model, Plan, Target
+from vitexport.core.errors import ExitCode
+from vitexport.matrix.cache import Cache
+from vitexport.matrix.keys import Digests, digest, export_inputs, timing_inputs
+from vitexport.matrix.plan import Model, Plan, Target
 
 RECORDED = ("passed", "failed", "unchecked")  # export outcomes worth keeping: the same inputs give them again
 OK = ("passed", "unchecked")  # exports whose artifacts are timed
@@ -104,7 +104,7 @@ class Matrix:
 
     def export_record(self, e: Export, result: dict) -> dict:
         """What the cache keeps of an export: its outcome and its artifact, relative to the matrix folder."""
-        from .. import sidecar
+        from vitexport.export import sidecar
 
         made = result.get("result") or {}
         record = {"status": result["status"], "reason": result.get("reason"), "node": result.get("node"),
@@ -201,7 +201,7 @@ def reads_local_files(plan: Plan, e: Export) -> bool:
     """Whether an export reads files of this machine (which a pool of several machines must respect)."""
     import dataclasses
 
-    from .plan import names_a_path
+    from vitexport.matrix.plan import names_a_path
 
     spec = e.model.spec
     prefix, _, rest = spec.model.partition(":")
@@ -292,14 +292,14 @@ def run(plan: Plan, out: str | Path = "vitexport-out/matrix", *, workers: int = 
     `workers`: export processes on this machine (timings always run alone); `ray`: "local" to start a
     Ray cluster here, or the address of one to join; `device`: this machine's name among the plan's
     devices (and the device resource of a local Ray cluster)."""
-    from ..options import check_number
-    from ..staging import prepare_out_dir
-    from . import merged
-    from .plan import DEVICE_NAME
+    from vitexport.core.options import check_number
+    from vitexport.export.staging import prepare_out_dir
+    from vitexport.matrix import merged
+    from vitexport.matrix.plan import DEVICE_NAME
 
     check_number(workers, "--workers", minimum=1, maximum=1024)
     if not DEVICE_NAME.match(device):
-        from ..errors import UsageError
+        from vitexport.core.errors import UsageError
 
         raise UsageError(f"--device {device!r} is not a device name (letters, digits, _ . -; at most 64)")
     out = prepare_out_dir(out).resolve()
@@ -317,9 +317,9 @@ def run(plan: Plan, out: str | Path = "vitexport-out/matrix", *, workers: int = 
 
 def make_pool(ray: str | None, workers: int, device: str, out: Path):
     if ray is None:
-        from .local import LocalPool
+        from vitexport.matrix.local import LocalPool
 
         return LocalPool(workers, device, out)
-    from .ray_pool import RayPool
+    from vitexport.matrix.ray_pool import RayPool
 
     return RayPool(ray, device)

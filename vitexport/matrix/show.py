@@ -9,7 +9,7 @@ from typing import Any
 def summary(merged: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from ..render import escape, print_table, wide_console
+    from vitexport.report.terminal import escape, print_table, wide_console
 
     console = wide_console()
     m = merged["matrix"]

@@ -31,14 +31,14 @@ def die_with_parent() -> None:
 
 
 def main() -> int:
-    from ..termination import Terminated, exit_code, signals_raise
+    from vitexport.core.termination import Terminated, exit_code, signals_raise
 
     die_with_parent()
     results = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # exporters and C++ libraries print to file descriptor 1
     try:
         with signals_raise():
-            from . import cells
+            from vitexport.matrix import cells
 
             for line in sys.stdin:
                 message = json.loads(line)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from ...parity import Tolerance
-from ..base import (Artifact, Availability, Backend, BenchTarget, DeviceCheck, DeviceTarget, Diagnosis, RunOptions,
+from vitexport.verify.parity import Tolerance
+from vitexport.backends.base import (Artifact, Availability, Backend, BenchTarget, DeviceCheck, DeviceTarget, Diagnosis, RunOptions,
                     device_source, output_names)
-from .options import CoreMLOptions
+from vitexport.backends.coreml.options import CoreMLOptions
 
 
 class CoreMLBackend(Backend):
@@ -36,8 +36,8 @@ class CoreMLBackend(Backend):
     }
 
     def availability(self) -> Availability:
-        from ...errors import BackendUnavailable
-        from .convert import import_coremltools
+        from vitexport.core.errors import BackendUnavailable
+        from vitexport.backends.coreml.convert import import_coremltools
 
         try:
             import_coremltools()
@@ -59,7 +59,7 @@ class CoreMLBackend(Backend):
         """coremltools and whether this torch is one it was tested with; whether Core ML predicts here."""
         from importlib import metadata
 
-        from .convert import import_coremltools
+        from vitexport.backends.coreml.convert import import_coremltools
 
         ct = import_coremltools()
         from coremltools import _deps  # where coremltools keeps the newest torch it was tested with
@@ -80,7 +80,7 @@ class CoreMLBackend(Backend):
                                  "compute_units": units})
 
     def export(self, loaded, options: CoreMLOptions, out_path: Path, upstream=None) -> Artifact:
-        from .convert import convert
+        from vitexport.backends.coreml.convert import convert
 
         info = convert(loaded, options, out_path)
         # Each compression has its own tolerance; otherwise what the program computes in.
@@ -93,7 +93,7 @@ class CoreMLBackend(Backend):
         return tag + (f"-{options.compress}" if options.compress else "")
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
-        from .runner import CoreMLRunner
+        from vitexport.backends.coreml.runner import CoreMLRunner
 
         return CoreMLRunner(Path(path), record, run.compute_units)
 
@@ -114,7 +114,7 @@ class CoreMLBackend(Backend):
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
         """Core ML itself, with the compute units chosen at run time: coremltools' predict on a Mac, an
         XCTest (MLModel with MLModelConfiguration.computeUnits) on an iPhone."""
-        from ...errors import UsageError
+        from vitexport.core.errors import UsageError
 
         if target.name not in ("macos", "ios"):
             raise UsageError(f"a Core ML package runs on Apple devices, not {target.device}: choose --target ios or "
@@ -144,7 +144,7 @@ class CoreMLBackend(Backend):
             return None
         import json
 
-        from .convert import import_coremltools
+        from vitexport.backends.coreml.convert import import_coremltools
 
         ct = import_coremltools()
         meta = ct.models.MLModel(str(path), skip_model_load=True).user_defined_metadata

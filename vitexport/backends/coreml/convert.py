@@ -9,10 +9,10 @@ import os
 import warnings
 from pathlib import Path
 
-from ...environment import quiet_loggers
-from ...errors import BackendUnavailable, ExportError, UsageError
-from ..base import output_names
-from .options import COMPRESSIONS, CoreMLOptions, read_labels
+from vitexport.core.environment import quiet_loggers
+from vitexport.core.errors import BackendUnavailable, ExportError, UsageError
+from vitexport.backends.base import output_names
+from vitexport.backends.coreml.options import COMPRESSIONS, CoreMLOptions, read_labels
 
 
 def import_coremltools():
@@ -50,7 +50,7 @@ def convert(loaded, options: CoreMLOptions, out_path: Path) -> dict:
     """Write the .mlpackage at `out_path`; return the facts the sidecar records."""
     import torch
 
-    from ...sources import export_mode
+    from vitexport.models.sources import export_mode
 
     ct = import_coremltools()
     labels = read_labels(Path(options.labels)) if options.labels else None
@@ -140,7 +140,7 @@ def _compress(mlmodel, name: str):
 
 
 def _describe(mlmodel, loaded, options: CoreMLOptions, labels: list[str] | None) -> None:
-    from ... import __version__
+    from vitexport import __version__
 
     mlmodel.short_description = f"{loaded.spec.model} exported by vitexport {__version__}"
     mlmodel.author = options.author or "vitexport"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import UsageError
-from ...options import option
-from ..base import ExportOptions
+from vitexport.core.errors import UsageError
+from vitexport.core.options import option
+from vitexport.backends.base import ExportOptions
 
 TARGETS = ("iOS16", "iOS17", "iOS18")
 PRECISIONS = ("fp16", "fp32")
@@ -55,7 +55,7 @@ class CoreMLOptions(ExportOptions):
 
 
 def read_labels(path: Path) -> list[str]:
-    from ...jsonfile import read_bounded
+    from vitexport.core.jsonfile import read_bounded
 
     if not path.exists():
         raise UsageError(f"--labels: file not found: {path}")

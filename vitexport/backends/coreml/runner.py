@@ -6,8 +6,8 @@ import platform
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...errors import RuntimeFailure, UsageError
-from ..base import Runner
+from vitexport.core.errors import RuntimeFailure, UsageError
+from vitexport.backends.base import Runner
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,14 +30,14 @@ class CoreMLRunner(Runner):
 
     def open(self) -> None:
         if platform.system() == "Darwin":
-            from .convert import import_coremltools
+            from vitexport.backends.coreml.convert import import_coremltools
 
             ct = import_coremltools()
             model = ct.models.MLModel(str(self.path), compute_units=getattr(ct.ComputeUnit, self.compute_units))
             self.provider = f"coreml-{self.compute_units.lower()}"
             self._predict = lambda inputs: {k: v for k, v in model.predict(inputs).items()}
             return
-        from .mil_eval import UnsupportedOpError, load_program
+        from vitexport.backends.coreml.mil_eval import UnsupportedOpError, load_program
 
         try:
             program = load_program(self.path)
@@ -54,7 +54,7 @@ class CoreMLRunner(Runner):
     def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
         import numpy as np
 
-        from .mil_eval import UnsupportedOpError
+        from vitexport.backends.coreml.mil_eval import UnsupportedOpError
 
         x = feed[self.input_name].astype(np.float64)
         if self.image_input:

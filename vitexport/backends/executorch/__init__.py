@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..base import (Artifact, Availability, Backend, BenchTarget, DeviceCheck, DeviceTarget, RunOptions, device_source,
+from vitexport.backends.base import (Artifact, Availability, Backend, BenchTarget, DeviceCheck, DeviceTarget, RunOptions, device_source,
                     output_names)
-from .options import ExecuTorchOptions
+from vitexport.backends.executorch.options import ExecuTorchOptions
 
 class ExecuTorchBackend(Backend):
     name = "executorch"
@@ -43,12 +43,12 @@ class ExecuTorchBackend(Backend):
             return Availability(False, "the Core ML delegate runs on Apple devices (iOS, macOS), and this program "
                                        f"also runs ExecuTorch kernels outside it ({left}), so its embedded Core ML "
                                        "program does not stand for it: verify it on an Apple device")
-        from ..coreml import BACKEND as COREML
+        from vitexport.backends.coreml import BACKEND as COREML
 
         return COREML.availability()  # the embedded program is checked with the Core ML evaluator
 
     def export(self, loaded, options: ExecuTorchOptions, out_path: Path, upstream=None) -> Artifact:
-        from .lower import export_pte
+        from vitexport.backends.executorch.lower import export_pte
 
         info = export_pte(loaded, options, out_path)
         return Artifact(out_path, self.name, precision=options.precision, input_names=[options.input_name],
@@ -60,7 +60,7 @@ class ExecuTorchBackend(Backend):
         return tag + ("-static" if options.precision == "int8" and options.quant == "static" else "")
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
-        from .runner import EmbeddedCoreMLRunner, ExecuTorchRunner
+        from vitexport.backends.executorch.runner import EmbeddedCoreMLRunner, ExecuTorchRunner
 
         if record.info.get("delegate") == "coreml" and not _coreml_runtime():
             return EmbeddedCoreMLRunner(Path(path), record)
@@ -68,7 +68,7 @@ class ExecuTorchBackend(Backend):
 
     def check_batches(self, record, max_batch: int) -> list[int]:
         """1, 3 and the bound the program's memory was planned for (never above it)."""
-        from ...errors import UsageError
+        from vitexport.core.errors import UsageError
 
         bound = record.info.get("max_batch")
         if record.dynamic_batch and bound and max_batch > bound:
@@ -91,7 +91,7 @@ class ExecuTorchBackend(Backend):
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
         """ExecuTorch's runtime: its Python bindings (linux, jetson, macos), its Swift API (an XCTest) or its
         Android API (an instrumented test)."""
-        from ...errors import UsageError
+        from vitexport.core.errors import UsageError
 
         delegate = record.info.get("delegate", "xnnpack")
         dtype = record.info.get("input_dtype", "float32")
@@ -133,8 +133,8 @@ class ExecuTorchBackend(Backend):
 
 
 def _available(load) -> Availability:
-    from ...errors import BackendUnavailable
-    from . import libs
+    from vitexport.core.errors import BackendUnavailable
+    from vitexport.backends.executorch import libs
 
     try:
         load(libs)
@@ -149,7 +149,7 @@ def _coreml_runtime() -> bool:
 
     if platform.system() != "Darwin":
         return False
-    from .libs import import_runtime
+    from vitexport.backends.executorch.libs import import_runtime
 
     return bool(import_runtime().backend_registry.is_available("CoreMLBackend"))
 

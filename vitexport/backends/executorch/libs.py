@@ -10,8 +10,8 @@ import contextlib
 import os
 import sys
 
-from ...environment import quiet_loggers
-from ...errors import BackendUnavailable
+from vitexport.core.environment import quiet_loggers
+from vitexport.core.errors import BackendUnavailable
 
 INSTALL = "pip install 'vitexport[executorch]'"
 

@@ -10,9 +10,9 @@ import time
 import warnings
 from pathlib import Path
 
-from ...errors import ExportError, VitexportError
-from .libs import missing
-from .options import ExecuTorchOptions
+from vitexport.core.errors import ExportError, VitexportError
+from vitexport.backends.executorch.libs import missing
+from vitexport.backends.executorch.options import ExecuTorchOptions
 
 DELEGATE_IDS = {"xnnpack": "XnnpackBackend", "coreml": "CoreMLBackend", "portable": None}
 
@@ -21,7 +21,7 @@ def export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:
     """Write the program at `out_path`; return the facts the sidecar records."""
     import torch
 
-    from ...sources import export_mode
+    from vitexport.models.sources import export_mode
 
     timings: dict[str, float] = {}
     half = options.precision == "fp16" and options.delegate != "coreml"  # Core ML casts inside its own program
@@ -70,11 +70,11 @@ def _int8(program, loaded, options: ExecuTorchOptions, example, shapes, timings:
     """The program quantised with XNNPACK's quantizer and exported again, and what the sidecar says of it."""
     import torch
 
-    from .quantize import STATIC_OPS, quantized_module
+    from vitexport.backends.executorch.quantize import STATIC_OPS, quantized_module
 
     calibration = None
     if options.quant == "static":
-        from ...inputs import load_images
+        from vitexport.verify.feeds import load_images
 
         calibration = load_images(options.calibration_images, loaded.preprocessing, loaded.input_shape)[0]
     quantized = _stage("quantize", timings, lambda: quantized_module(program, options.quant, example, calibration))
@@ -91,7 +91,7 @@ def _forms(program, options: ExecuTorchOptions, timings: dict):
     correction whenever it is the delegate), and {op: {count, as}}."""
     if options.delegate != "xnnpack" and not options.uses_xnnpack_forms:
         return program, {}
-    from .decompose import FORMS, xnnpack_forms
+    from vitexport.backends.executorch.decompose import FORMS, xnnpack_forms
 
     program, used = _stage("decompose", timings,
                            lambda: xnnpack_forms(program, options.precision, speed=options.uses_xnnpack_forms))
@@ -110,7 +110,7 @@ def _partitioners(options: ExecuTorchOptions) -> list:
 
         return [XnnpackPartitioner()]
     if options.delegate == "coreml":
-        from ..coreml.convert import import_coremltools
+        from vitexport.backends.coreml.convert import import_coremltools
 
         ct = import_coremltools()
         try:
@@ -126,7 +126,7 @@ def _partitioners(options: ExecuTorchOptions) -> list:
 
 
 def _summary(edge, options: ExecuTorchOptions) -> dict:
-    from .delegation import summarize
+    from vitexport.backends.executorch.delegation import summarize
 
     return summarize(edge.exported_program().graph_module, DELEGATE_IDS[options.delegate] or "none")
 

@@ -13,7 +13,7 @@ import os
 import struct
 from pathlib import Path
 
-from ...errors import RuntimeFailure
+from vitexport.core.errors import RuntimeFailure
 
 HEADER_BYTES = 64
 COREML_ID = "CoreMLBackend"
@@ -105,7 +105,7 @@ def _unflatten(blob: bytes, out: Path) -> None:
 
 def missing_operators(path: Path) -> list[str]:
     """Operators the program calls outside its delegates that this runtime has no kernel for."""
-    from .libs import import_runtime
+    from vitexport.backends.executorch.libs import import_runtime
 
     registered = set(import_runtime().operator_registry.operator_names)
     used = {f"{op.name}.{op.overload}" if op.overload else op.name

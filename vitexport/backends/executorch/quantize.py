@@ -10,7 +10,7 @@ ViT-Ti most of its accuracy (cosine to fp32 0.95 against 0.9997, even on the cal
 
 from __future__ import annotations
 
-from .libs import missing
+from vitexport.backends.executorch.libs import missing
 
 STATIC_OPS = ("linear", "conv2d")  # aten ops static int8 quantises
 

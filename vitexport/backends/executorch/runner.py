@@ -7,11 +7,11 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...errors import RuntimeFailure
-from ..base import Runner
-from . import pte
-from .libs import import_runtime, silenced_stderr
-from .threads import loading, set_threads
+from vitexport.core.errors import RuntimeFailure
+from vitexport.backends.base import Runner
+from vitexport.backends.executorch import pte
+from vitexport.backends.executorch.libs import import_runtime, silenced_stderr
+from vitexport.backends.executorch.threads import loading, set_threads
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,8 +74,8 @@ class EmbeddedCoreMLRunner(Runner):
         self.folder = self.program = None
 
     def open(self) -> None:
-        from ..coreml.mil_eval import UnsupportedOpError, load_program
-        from ..coreml.runner import unsupported
+        from vitexport.backends.coreml.mil_eval import UnsupportedOpError, load_program
+        from vitexport.backends.coreml.runner import unsupported
 
         pte.check_whole(self.path)
         self.folder = tempfile.TemporaryDirectory(prefix="vitexport-coreml-")
@@ -100,8 +100,8 @@ class EmbeddedCoreMLRunner(Runner):
     def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
         import numpy as np
 
-        from ..coreml.mil_eval import UnsupportedOpError
-        from ..coreml.runner import unsupported
+        from vitexport.backends.coreml.mil_eval import UnsupportedOpError
+        from vitexport.backends.coreml.runner import unsupported
 
         names_in, names_out = self.meta["inputNames"], self.meta["outputNames"]
         try:

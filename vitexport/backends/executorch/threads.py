@@ -8,7 +8,7 @@ once per process, before the first load, and a later, different request is refus
 
 from __future__ import annotations
 
-from ...errors import RuntimeFailure
+from vitexport.core.errors import RuntimeFailure
 
 _state = {"set_to": None, "loaded": False}
 
@@ -22,7 +22,7 @@ def set_threads(threads: int) -> int:
     if _state["loaded"]:
         raise RuntimeFailure(f"ExecuTorch's thread pool can only be sized before the first program is loaded in a "
                              f"process (it has {_threadpool_get_thread_count()} threads; {threads} were asked for)")
-    from .libs import silenced_stderr
+    from vitexport.backends.executorch.libs import silenced_stderr
 
     with silenced_stderr():  # the reset probes the CPU and logs it from C++
         _unsafe_reset_threadpool(threads)

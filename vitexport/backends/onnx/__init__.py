@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..base import (Artifact, Availability, Backend, BenchTarget, Candidate, DeviceCheck, DeviceTarget, Diagnosis,
+from vitexport.backends.base import (Artifact, Availability, Backend, BenchTarget, Candidate, DeviceCheck, DeviceTarget, Diagnosis,
                     RunOptions, device_source, output_names)
-from .options import OnnxOptions
+from vitexport.backends.onnx.options import OnnxOptions
 
 
 def calibration_set(folder: str) -> dict:
     """What calibrated an int8 graph: the folder, its image count and one digest over their bytes."""
     import hashlib
 
-    from ...environment import sha256_file
-    from ...inputs import IMAGE_SUFFIXES
+    from vitexport.core.environment import sha256_file
+    from vitexport.verify.feeds import IMAGE_SUFFIXES
 
     files = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     digest = hashlib.sha256("".join(sha256_file(p) for p in files).encode()).hexdigest()
@@ -42,11 +42,11 @@ class OnnxBackend(Backend):
         return Availability(True)
 
     def export(self, loaded, options: OnnxOptions, out_path: Path, upstream=None) -> Artifact:
-        from .export import export_onnx
+        from vitexport.backends.onnx.export import export_onnx
 
         calibration = None
         if options.precision == "int8" and options.quant == "static":
-            from ...inputs import load_images
+            from vitexport.verify.feeds import load_images
 
             calibration = load_images(options.calibration_images, loaded.preprocessing, loaded.input_shape)[0]
         info = export_onnx(loaded, options, out_path, calibration)
@@ -64,7 +64,7 @@ class OnnxBackend(Backend):
         return tag
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
-        from .runner import OnnxRuntimeRunner
+        from vitexport.backends.onnx.runner import OnnxRuntimeRunner
 
         return OnnxRuntimeRunner(Path(path), run.providers, run.threads, run.allow_fallback)
 
@@ -74,7 +74,7 @@ class OnnxBackend(Backend):
 
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
         """ONNX Runtime in Python, on the device's best provider (--provider picks one)."""
-        from ...errors import UsageError
+        from vitexport.core.errors import UsageError
 
         if target.language != "python":
             raise UsageError(f"an ONNX model has no check for {target.device} here: package a Core ML package or "
@@ -92,12 +92,12 @@ class OnnxBackend(Backend):
                                   "CoreMLExecutionProvider) checks on that provider; the report says which ran.",))
 
     def lint(self, path: Path, record):
-        from .lint import lint_onnx
+        from vitexport.backends.onnx.lint import lint_onnx
 
         return lint_onnx(path, record.dynamic_batch, record.precision)
 
     def localize(self, loaded, path: Path, record, x, tol):
-        from .localize import localize_onnx
+        from vitexport.backends.onnx.localize import localize_onnx
 
         return localize_onnx(loaded, path, x, record.input_names[0], tol)
 
@@ -119,8 +119,8 @@ class OnnxBackend(Backend):
 
     def refine(self, loaded, options: OnnxOptions, path: Path, record):
         """int8 that failed its check: keep the encoder block (or the stem) that adds the most error in float."""
-        from ..int8_search import keep_most_sensitive
-        from .localize import STEM, sensitive_blocks, stem_scopes
+        from vitexport.backends.int8_search import keep_most_sensitive
+        from vitexport.backends.onnx.localize import STEM, sensitive_blocks, stem_scopes
 
         return keep_most_sensitive(loaded, options, record,
                                    lambda x: sensitive_blocks(loaded, path, x, record.input_names[0]),
@@ -143,7 +143,7 @@ class OnnxBackend(Backend):
             return here.reason
         if target.run.allow_fallback:
             return None
-        from .providers import canonical, probe
+        from vitexport.backends.onnx.providers import canonical, probe
 
         for provider in target.run.providers:
             loads, why = probe(provider)
@@ -155,8 +155,8 @@ class OnnxBackend(Backend):
         """The providers this ONNX Runtime lists, and which of them really start a session."""
         import onnxruntime
 
-        from ...environment import versions
-        from .providers import probe
+        from vitexport.core.environment import versions
+        from vitexport.backends.onnx.providers import probe
 
         providers = {}
         for name in onnxruntime.get_available_providers():

@@ -7,10 +7,10 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from ...environment import quiet_loggers
-from ...errors import ExportError
-from ..base import output_names
-from .options import OnnxOptions
+from vitexport.core.environment import quiet_loggers
+from vitexport.core.errors import ExportError
+from vitexport.backends.base import output_names
+from vitexport.backends.onnx.options import OnnxOptions
 
 # Protobuf cannot serialise a message over 2 GiB: above this, weights go to an external file.
 EXTERNAL_DATA_THRESHOLD = 2_000_000_000
@@ -60,15 +60,15 @@ def derive(raw: Path, work: Path, options: OnnxOptions, loaded, calibration, inf
         chosen = "slim" if options.optimize in ("none", "auto") and options.precision == "int8" else options.optimize
         graph = optimized(raw, work, chosen, loaded, info, measure=options.precision == "fp32")
     if options.precision == "fp16":
-        from .fp16 import convert_file
-        from .quantize import matches
+        from vitexport.backends.onnx.fp16 import convert_file
+        from vitexport.backends.onnx.quantize import matches
 
         keep = ("LayerNormalization", "Softmax") + options.keep_fp32
         target = work / "fp16.onnx"
         info["fp16"] = convert_file(graph, target, lambda op, name: matches(keep, op, name))
         return target
     if options.precision == "int8":
-        from .quantize import quantize_for_ort
+        from vitexport.backends.onnx.quantize import quantize_for_ort
 
         target = work / "int8.onnx"
         info["int8"] = quantize_for_ort(graph, target, options, options.input_name, calibration)
@@ -80,8 +80,8 @@ def derive(raw: Path, work: Path, options: OnnxOptions, loaded, calibration, inf
 def optimized(raw: Path, work: Path, how: str, loaded, info: dict, measure: bool) -> Path:
     """Run the optimiser(s) asked for; with `measure`, time each against the plain graph here and keep
     the plain graph when nothing is measurably faster (and say so)."""
-    from ...inputs import random_pixels
-    from .optimize import OPTIMIZERS, speedup
+    from vitexport.verify.feeds import random_pixels
+    from vitexport.backends.onnx.optimize import OPTIMIZERS, speedup
 
     names = list(OPTIMIZERS) if how == "auto" else [how]
     feed = {_input_name(raw): random_pixels((1, *loaded.input_shape[1:]), 0)}
@@ -145,7 +145,7 @@ def _quiet_torch_logs():
 def _torch_export(model, example, path: Path, options: OnnxOptions, outputs: list[str], exporter: str) -> None:
     import torch
 
-    from ...sources import export_mode
+    from vitexport.models.sources import export_mode
 
     names = dict(input_names=[options.input_name], output_names=outputs)
     try:
@@ -179,7 +179,7 @@ def _name_first_arg(model, shapes):
 def _embed_metadata(model, loaded, options: OnnxOptions) -> None:
     import json
 
-    from ... import __version__
+    from vitexport import __version__
 
     model.producer_name, model.producer_version = "vitexport", __version__
     meta = {

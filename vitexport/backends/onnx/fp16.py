@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ...errors import ExportError
+from vitexport.core.errors import ExportError
 
 FP16_MAX = 65504.0
 # Inputs that the ONNX spec types as fp32 whatever the data type (Resize scales, Upsample scales).

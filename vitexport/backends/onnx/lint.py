@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...parity import Finding
+from vitexport.verify.parity import Finding
 
 RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial"}
 # A LayerNorm the exporter spelled out in primitives (opset < 17, or a hand-written norm):

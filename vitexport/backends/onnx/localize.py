@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...parity import Divergence, Tolerance, metrics
+from vitexport.verify.parity import Divergence, Tolerance, metrics
 
 
 def encoder_blocks(model) -> list[str]:
@@ -38,7 +38,7 @@ def reference_block_outputs(model, blocks: list[str], x: np.ndarray) -> dict[str
     """PyTorch's output of each block, and under STEM the first block's input."""
     import torch
 
-    from ...sources import export_mode
+    from vitexport.models.sources import export_mode
 
     captured: dict[str, np.ndarray] = {}
     modules = dict(model.named_modules())

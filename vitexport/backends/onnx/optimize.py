@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import BackendUnavailable, ExportError
+from vitexport.core.errors import BackendUnavailable, ExportError
 
 
 def slim(src: Path, dst: Path) -> dict:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import UsageError
-from ...options import option
-from ..base import ExportOptions
+from vitexport.core.errors import UsageError
+from vitexport.core.options import option
+from vitexport.backends.base import ExportOptions
 
 EXPORTERS = ("auto", "legacy", "dynamo")
 # What each exporter of torch 2.x can write; below 17 LayerNorm is decomposed into primitive ops.

@@ -13,7 +13,7 @@ import os
 import re
 import sys
 
-from ...errors import BackendUnavailable
+from vitexport.core.errors import BackendUnavailable
 
 CPU = "CPUExecutionProvider"
 SHORT_NAMES = {"cpu": CPU, "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider",

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from ...environment import quiet_loggers
-from ...progress import current
+from vitexport.core.environment import quiet_loggers
+from vitexport.core.progress import current
 
 if TYPE_CHECKING:
-    from .options import OnnxOptions
+    from vitexport.backends.onnx.options import OnnxOptions
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 # The ops whose weights are quantised; attention's activation x activation MatMuls (no constant
@@ -79,7 +79,7 @@ def quantize_for_ort(src: Path, dst: Path, options: "OnnxOptions", input_name: s
                      calibration: np.ndarray | None = None) -> dict:
     """Write the int8 form of `src` to `dst`; return what the sidecar records (mode, types, what was
     kept in float and why: the head, --keep-fp32, and the blocks the accuracy search chose)."""
-    from .localize import in_scope, node_scope
+    from vitexport.backends.onnx.localize import in_scope, node_scope
 
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
@@ -87,7 +87,7 @@ def quantize_for_ort(src: Path, dst: Path, options: "OnnxOptions", input_name: s
     graph = onnx.load(str(src), load_external_data=False).graph
     unknown = [e for e in options.keep_fp32 if not any(matches((e,), n.op_type, n.name) for n in graph.node)]
     if unknown:
-        from ...errors import UsageError
+        from vitexport.core.errors import UsageError
 
         raise UsageError(f"--keep-fp32: no node or op type of this graph matches {', '.join(unknown)}")
     weights = weight_nodes(graph)
@@ -145,7 +145,7 @@ def is_qdq(onnx_path: Path) -> bool:
     try:
         graph = onnx.load(str(onnx_path), load_external_data=False).graph
     except Exception as e:  # protobuf's DecodeError and friends
-        from ...errors import UsageError
+        from vitexport.core.errors import UsageError
 
         raise UsageError(f"{onnx_path} is not a readable ONNX file ({type(e).__name__})") from None
     return any(node.op_type in QDQ_OPS for node in graph.node)
@@ -163,7 +163,7 @@ def to_qdq_int8(onnx_path: Path, out: Path, input_name: str, calibration: np.nda
 
 
     if len(calibration) == 0:
-        from ...errors import UsageError
+        from vitexport.core.errors import UsageError
 
         raise UsageError("int8 calibration needs at least one input")
     graph = onnx.load(str(onnx_path), load_external_data=False).graph

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...parity import Tolerance
-from ..base import (Artifact, Availability, Backend, BenchTarget, Candidate, DeviceCheck, DeviceTarget, Diagnosis,
+from vitexport.verify.parity import Tolerance
+from vitexport.backends.base import (Artifact, Availability, Backend, BenchTarget, Candidate, DeviceCheck, DeviceTarget, Diagnosis,
                     RunOptions, device_source, output_names)
-from .options import OpenVinoOptions
+from vitexport.backends.openvino.options import OpenVinoOptions
 
 TIMER = "openvino"  # the bench target that times CPU candidates
 
@@ -43,30 +43,30 @@ class OpenVinoBackend(Backend):
         here = self.runs_here()
         if not here.ok:
             return here
-        from . import devices
+        from vitexport.backends.openvino import devices
 
         device = (record.options.get("device") or "CPU").upper()
         why = devices.absent_reason(device) or (devices.bf16_reason(device) if record.precision == "bf16" else None)
         return Availability(why is None, why or "")
 
     def export(self, loaded, options: OpenVinoOptions, out_path: Path, upstream=None) -> Artifact:
-        from . import devices
-        from .convert import export_ir
+        from vitexport.backends.openvino import devices
+        from vitexport.backends.openvino.convert import export_ir
 
         if options.precision == "bf16" and devices.present(options.device_name):
             why = devices.bf16_reason(options.device_name)
             if why:  # refused before any work: the IR would run in fp32 under a bf16 label
-                from ...errors import BackendUnavailable
+                from vitexport.core.errors import BackendUnavailable
 
                 raise BackendUnavailable(why)
         calibration = None
         if options.precision == "int8":
-            from ...inputs import load_images
+            from vitexport.verify.feeds import load_images
 
             calibration = load_images(options.calibration_images, loaded.preprocessing, loaded.input_shape)[0]
         info = export_ir(loaded, options, out_path, calibration)
         if calibration is not None:
-            from ..onnx import calibration_set
+            from vitexport.backends.onnx import calibration_set
 
             info["int8"]["calibration"] = calibration_set(options.calibration_images)
         device = options.device_name
@@ -80,7 +80,7 @@ class OpenVinoBackend(Backend):
         return tag + ("" if options.device_name == "CPU" else f"-{options.device_name.lower()}")
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
-        from .runner import OpenVinoRunner
+        from vitexport.backends.openvino.runner import OpenVinoRunner
 
         return OpenVinoRunner(Path(path), record, run.providers, run.threads, run.allow_fallback)
 
@@ -90,7 +90,7 @@ class OpenVinoBackend(Backend):
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
         """OpenVINO in Python on the device it was checked on (--device picks another), its precision
         pinned as at export."""
-        from ...errors import UsageError
+        from vitexport.core.errors import UsageError
 
         if target.language != "python":
             raise UsageError(f"OpenVINO IR has no check for {target.device} here: package a Core ML package or "
@@ -104,16 +104,16 @@ class OpenVinoBackend(Backend):
                                   "which device ran and the precision it computed in.",))
 
     def localize(self, loaded, path: Path, record, x, tol):
-        from .localize import localize_ir
+        from vitexport.backends.openvino.localize import localize_ir
 
         return localize_ir(loaded, path, record, x, tol)
 
     def refine(self, loaded, options: OpenVinoOptions, path: Path, record):
         """int8 that failed its check: keep the encoder block (or the stem) that adds the most error in
         float, as the ONNX backend's accuracy search does."""
-        from ..int8_search import keep_most_sensitive
-        from ..onnx.localize import STEM
-        from .localize import sensitive_blocks, stem_scopes
+        from vitexport.backends.int8_search import keep_most_sensitive
+        from vitexport.backends.onnx.localize import STEM
+        from vitexport.backends.openvino.localize import sensitive_blocks, stem_scopes
 
         return keep_most_sensitive(loaded, options, record, lambda x: sensitive_blocks(loaded, path, record, x),
                                    lambda unit: stem_scopes(path, loaded) if unit == STEM else (unit,))
@@ -126,7 +126,7 @@ class OpenVinoBackend(Backend):
         calibrate on. fp16 weights gain nothing on a CPU (they are widened to fp32 at load)."""
         if target != "cpu" or not self.runs_here().ok:
             return []
-        from . import devices
+        from vitexport.backends.openvino import devices
 
         base = {"dynamic_batch": True}
         found = [Candidate("openvino-fp32", OpenVinoOptions(**base), TIMER)]
@@ -149,7 +149,7 @@ class OpenVinoBackend(Backend):
             return here.reason
         if target.run.allow_fallback:
             return None
-        from . import devices
+        from vitexport.backends.openvino import devices
 
         return devices.absent_reason(target.run.providers[0])
 
@@ -157,7 +157,7 @@ class OpenVinoBackend(Backend):
         why = self.bench_unavailable(target)
         if why or record.precision != "bf16":
             return why
-        from . import devices
+        from vitexport.backends.openvino import devices
 
         device = target.run.providers[0] if target.run.providers else "CPU"
         return devices.bf16_reason(device if devices.present(device) else "CPU")
@@ -167,8 +167,8 @@ class OpenVinoBackend(Backend):
 
     def diagnose(self) -> Diagnosis:
         """OpenVINO's devices, what each computes natively, and the precision it picks when not told."""
-        from ...environment import versions
-        from . import devices
+        from vitexport.core.environment import versions
+        from vitexport.backends.openvino import devices
 
         found = {name: devices.describe(name) for name in devices.available()}
         notes = []
@@ -188,7 +188,7 @@ class OpenVinoBackend(Backend):
 
 def _hint_or_none(precision: str, device: str) -> str | None:
     """The precision hint the IR is compiled with on `device` (None when the device is not here to ask)."""
-    from . import devices
+    from vitexport.backends.openvino import devices
 
     return devices.precision_hint(precision, device) if devices.present(device) else None
 

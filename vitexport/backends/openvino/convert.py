@@ -14,9 +14,9 @@ import json
 import warnings
 from pathlib import Path
 
-from ...errors import ExportError
-from ..base import output_names
-from .options import OpenVinoOptions
+from vitexport.core.errors import ExportError
+from vitexport.backends.base import output_names
+from vitexport.backends.openvino.options import OpenVinoOptions
 
 
 def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None) -> dict:
@@ -27,7 +27,7 @@ def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None
     model, batch = convert(loaded, options)
     info = {"converted_from": "PyTorch module (openvino.convert_model, traced)", "trace_batch": batch}
     if options.precision == "int8":
-        from .quantize import quantize_ir
+        from vitexport.backends.openvino.quantize import quantize_ir
 
         model, info["int8"] = quantize_ir(model, options, calibration, batch=1 if options.dynamic_batch else batch)
     _embed_metadata(model, loaded, options)
@@ -44,7 +44,7 @@ def convert(loaded, options: OpenVinoOptions):
     import openvino
     import torch
 
-    from ...sources import export_mode
+    from vitexport.models.sources import export_mode
 
     # Trace at batch >= 2 when the batch is dynamic, so a size-1 dimension is not specialised.
     batch = max(2, loaded.input_shape[0]) if options.dynamic_batch else loaded.input_shape[0]
@@ -70,7 +70,7 @@ def _embed_metadata(model, loaded, options: OpenVinoOptions) -> None:
     """What made the IR, in its rt_info, for whoever opens the .xml without the sidecar. OpenVINO does
     not take the inference precision from rt_info: a loader must pass the hint itself (the sidecar's
     info.compile_config says which)."""
-    from ... import __version__
+    from vitexport import __version__
 
     meta = {"version": __version__, "source": loaded.spec.model, "input_shape": json.dumps(list(loaded.input_shape)),
             "dynamic_batch": str(options.dynamic_batch).lower(), "precision": options.precision,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from ...errors import BackendUnavailable
+from vitexport.core.errors import BackendUnavailable
 
 # OpenVINO's element types as vitexport names precisions.
 TYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}

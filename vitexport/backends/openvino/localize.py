@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...parity import Divergence, Tolerance
-from ..onnx.localize import STEM, by_added_error, divergence, encoder_blocks, reference_block_outputs
-from .quantize import in_scope, node_scope, ops_of
+from vitexport.verify.parity import Divergence, Tolerance
+from vitexport.backends.onnx.localize import STEM, by_added_error, divergence, encoder_blocks, reference_block_outputs
+from vitexport.backends.openvino.quantize import in_scope, node_scope, ops_of
 
 
 def block_nodes(model, blocks: list[str]) -> dict:
@@ -39,7 +39,7 @@ def block_outputs(loaded, artifact: Path, record, x: np.ndarray):
     """Each encoder block's output from the IR and from PyTorch on `x`, in block order, or a string
     saying why they cannot be read. Runs on the device the IR was checked on (the CPU when that is
     absent), in the precision it is checked in."""
-    from .devices import compile_config, core, present
+    from vitexport.backends.openvino.devices import compile_config, core, present
 
     blocks = encoder_blocks(loaded.model)
     if not blocks:
@@ -72,7 +72,7 @@ def sensitive_blocks(loaded, artifact: Path, record, x: np.ndarray) -> list[tupl
 
 def stem_scopes(artifact: Path, loaded) -> tuple[str, ...]:
     """The module paths of the nodes before the first encoder block (the patch embedding, ...)."""
-    from .devices import core
+    from vitexport.backends.openvino.devices import core
 
     blocks = encoder_blocks(loaded.model)
     scopes: list[str] = []

@@ -26,14 +26,14 @@ import io
 import re
 from typing import TYPE_CHECKING
 
-from ...environment import quiet_loggers
-from ...errors import BackendUnavailable, UsageError
-from ...progress import current
+from vitexport.core.environment import quiet_loggers
+from vitexport.core.errors import BackendUnavailable, UsageError
+from vitexport.core.progress import current
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .options import OpenVinoOptions
+    from vitexport.backends.openvino.options import OpenVinoOptions
 
 SKIPPED_TYPES = ("Constant", "Parameter", "Result")
 WEIGHT_OPS = ("MatMul", "Convolution")  # the ops whose weights int8 quantizes

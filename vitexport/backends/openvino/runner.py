@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...errors import BackendUnavailable, RuntimeFailure
-from ..base import Runner
-from . import devices
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure
+from vitexport.backends.base import Runner
+from vitexport.backends.openvino import devices
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from ...sidecar import ArtifactRecord
+    from vitexport.export.sidecar import ArtifactRecord
 
 
 def device_for(record: "ArtifactRecord", requested: tuple[str, ...], allow_fallback: bool) -> str:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...errors import BackendUnavailable
-from ..base import Artifact, Availability, Backend, DeviceCheck, DeviceTarget, Diagnosis, RunOptions, Upstream
-from .options import TensorRTOptions
+from vitexport.core.errors import BackendUnavailable
+from vitexport.backends.base import Artifact, Availability, Backend, DeviceCheck, DeviceTarget, Diagnosis, RunOptions, Upstream
+from vitexport.backends.tensorrt.options import TensorRTOptions
 
 
 class TensorRTBackend(Backend):
@@ -28,7 +28,7 @@ class TensorRTBackend(Backend):
     tool_packages = ("tensorrt*",)
 
     def availability(self) -> Availability:
-        from . import generations
+        from vitexport.backends.tensorrt import generations
 
         try:
             trt = generations.load("auto")
@@ -38,9 +38,9 @@ class TensorRTBackend(Backend):
 
     def runs_here(self) -> Availability:
         """Engines run only on an NVIDIA GPU (TensorRT-RTX: an RTX-class one); building works without."""
-        from ...environment import gpu_here
-        from . import generations
-        from .build import RTX_RUNS_ON
+        from vitexport.core.environment import gpu_here
+        from vitexport.backends.tensorrt import generations
+        from vitexport.backends.tensorrt.build import RTX_RUNS_ON
 
         gpu = gpu_here()
         if gpu is None:
@@ -57,9 +57,9 @@ class TensorRTBackend(Backend):
     def diagnose(self) -> Diagnosis:
         """Flavour and version, whether a builder can be made here (standard TensorRT needs the GPU,
         TensorRT-RTX does not), and where its engines can run."""
-        from ...environment import gpu_here, jetson_facts
-        from . import generations
-        from .build import RTX_RUNS_ON
+        from vitexport.core.environment import gpu_here, jetson_facts
+        from vitexport.backends.tensorrt import generations
+        from vitexport.backends.tensorrt.build import RTX_RUNS_ON
 
         trt = generations.load("auto")
         builds, why = can_build(trt)
@@ -74,15 +74,15 @@ class TensorRTBackend(Backend):
         return "" if options.precision == "fp32" else f"-{options.precision}"
 
     def upstream_options(self, options: TensorRTOptions):
-        from ..onnx.options import OnnxOptions
+        from vitexport.backends.onnx.options import OnnxOptions
 
         return OnnxOptions(dynamic_batch=options.dynamic, max_batch=options.profile_max if options.dynamic else None,
                            input_name=options.input_name, output_name=options.output_name, opset=options.opset,
                            exporter=options.exporter)
 
     def export(self, loaded, options: TensorRTOptions, out_path: Path, upstream: Upstream | None = None) -> Artifact:
-        from .build import build_engine
-        from .iocheck import io_matches
+        from vitexport.backends.tensorrt.build import build_engine
+        from vitexport.backends.tensorrt.iocheck import io_matches
 
         onnx_path = upstream.path
         calibration = self._calibration(loaded, options) if options.precision == "int8" else None
@@ -96,7 +96,7 @@ class TensorRTBackend(Backend):
 
     @staticmethod
     def _calibration(loaded, options: TensorRTOptions):
-        from ...inputs import load_images
+        from vitexport.verify.feeds import load_images
 
         return load_images(options.calibration_images, loaded.preprocessing, loaded.input_shape)[0]
 
@@ -104,10 +104,10 @@ class TensorRTBackend(Backend):
                 info: dict) -> dict:
         """`--bundle DIR`: the engine's Jetson package, written to DIR while the engine is exported
         (what `vitexport package ENGINE --target jetson` writes afterwards)."""
-        from ...deploy import TARGETS
-        from ...deploy.build import write_package
-        from ...progress import current
-        from ...sidecar import ArtifactRecord
+        from vitexport.deploy import TARGETS
+        from vitexport.deploy.build import write_package
+        from vitexport.core.progress import current
+        from vitexport.export.sidecar import ArtifactRecord
 
         shape = list(loaded.input_shape)
         record = ArtifactRecord(
@@ -121,12 +121,12 @@ class TensorRTBackend(Backend):
 
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
         """Build the engine on the device from the verified ONNX (it does not move between GPUs), then run it."""
-        from .bundle import device_check
+        from vitexport.backends.tensorrt.bundle import device_check
 
         return device_check(path, record, target)
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
-        from .runner import TensorRTRunner
+        from vitexport.backends.tensorrt.runner import TensorRTRunner
 
         return TensorRTRunner(Path(path), record.info, record.options.get("builder", "auto"))
 
@@ -138,8 +138,8 @@ class TensorRTBackend(Backend):
     def lint(self, path: Path, record):
         """The ONNX the engine was built from, judged for the engine's precision (a decomposed
         LayerNorm overflows in fp16): a static check, so it runs where the engine cannot."""
-        from ..onnx.lint import lint_onnx
-        from .runner import onnx_source
+        from vitexport.backends.onnx.lint import lint_onnx
+        from vitexport.backends.tensorrt.runner import onnx_source
 
         onnx = Path(onnx_source(path, record.info))
         return lint_onnx(onnx, record.dynamic_batch, record.precision) if onnx.is_file() else []

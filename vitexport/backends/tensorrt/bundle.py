@@ -13,13 +13,13 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...errors import ParityError, UsageError
-from ..base import DeviceCheck, DeviceTarget, device_source
-from . import bundle_templates as templates
-from .options import TensorRTOptions
+from vitexport.core.errors import ParityError, UsageError
+from vitexport.backends.base import DeviceCheck, DeviceTarget, device_source
+from vitexport.backends.tensorrt import bundle_templates as templates
+from vitexport.backends.tensorrt.options import TensorRTOptions
 
 if TYPE_CHECKING:
-    from ...sidecar import ArtifactRecord
+    from vitexport.export.sidecar import ArtifactRecord
 
 TRTEXEC_HARDWARE = {"ampere_plus": "ampere+", "same_compute_capability": "sameComputeCapability"}
 ENGINE = "model.engine"  # what the device builds, beside the package's files
@@ -96,10 +96,10 @@ def options_of(record: "ArtifactRecord") -> TensorRTOptions:
 
 def device_check(path: Path, record: "ArtifactRecord", target: DeviceTarget) -> DeviceCheck:
     """The package's check for an engine: build it on the device from the ONNX, then run it."""
-    from ... import sidecar
-    from ...environment import sha256_file
-    from ..onnx import BACKEND as ONNX
-    from .runner import onnx_source
+    from vitexport.export import sidecar
+    from vitexport.core.environment import sha256_file
+    from vitexport.backends.onnx import BACKEND as ONNX
+    from vitexport.backends.tensorrt.runner import onnx_source
 
     if target.name not in ("jetson", "linux"):
         raise UsageError(f"TensorRT engines are built and run on NVIDIA GPUs, not {target.device}: choose --target "
@@ -163,12 +163,12 @@ def _typed(path: Path, options: TensorRTOptions) -> Path | None:
 def _make_typed(onnx: Path, target: Path, options: TensorRTOptions, record: "ArtifactRecord") -> None:
     """Make the typed ONNX the engine's build did not leave (a weakly typed TensorRT 8.6/10 build)."""
     if options.precision == "fp16":
-        from ..onnx.fp16 import convert_file
+        from vitexport.backends.onnx.fp16 import convert_file
 
         convert_file(onnx, target, options.keeps_fp32)
         return
-    from ...inputs import load_images
-    from ..onnx.quantize import to_qdq_int8
+    from vitexport.verify.feeds import load_images
+    from vitexport.backends.onnx.quantize import to_qdq_int8
 
     calibration = load_images(options.calibration_images, record.source.preprocessing,
                               tuple(record.source.input_shape))[0]

@@ -15,7 +15,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import BackendUnavailable, RuntimeFailure
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure
 
 FLAVOURS = {"tensorrt": "tensorrt", "rtx": "tensorrt_rtx_bindings"}
 # The wheels' distribution names carry the CUDA major they were built for.

@@ -53,7 +53,7 @@ def _same_shape(onnx_tensor: dict, engine_tensor: dict) -> bool:
 def io_matches(onnx_path: Path, engine_io: list[dict]) -> bool:
     """True when the engine's tensors carry the ONNX's names, roles, shapes (-1 where symbolic) and
     types; otherwise the build is refused."""
-    from ...errors import ExportError
+    from vitexport.core.errors import ExportError
 
     problems = io_differences(onnx_path, engine_io)
     if problems:

@@ -6,13 +6,13 @@ import fnmatch
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...errors import UsageError
-from ...options import check_fields, option
-from ..base import ExportOptions
-from ..onnx.options import EXPORTERS
+from vitexport.core.errors import UsageError
+from vitexport.core.options import check_fields, option
+from vitexport.backends.base import ExportOptions
+from vitexport.backends.onnx.options import EXPORTERS
 
 if TYPE_CHECKING:
-    from .generations import Trt
+    from vitexport.backends.tensorrt.generations import Trt
 
 PRECISIONS = ("fp32", "fp16", "int8")
 BUILDERS = ("auto", "tensorrt", "rtx")

@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from ...environment import gpu_here
-from ...errors import BackendUnavailable, RuntimeFailure
-from ..base import Runner
-from . import generations
-from .build import RTX_DEFAULT_TARGETS
+from vitexport.core.environment import gpu_here
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure
+from vitexport.backends.base import Runner
+from vitexport.backends.tensorrt import generations
+from vitexport.backends.tensorrt.build import RTX_DEFAULT_TARGETS
 
 
 def onnx_source(engine_path: Path, info: dict[str, Any]) -> str:
@@ -159,7 +159,7 @@ class TensorRTRunner(Runner):
 
     def layer_report(self) -> dict[str, Any]:
         """Layers and their precisions, whether attention was fused, DLA vs GPU placement."""
-        from .layers import summarize
+        from vitexport.backends.tensorrt.layers import summarize
 
         m = self.trt.module
         inspector = self.engine.create_engine_inspector()

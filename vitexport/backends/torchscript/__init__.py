@@ -6,8 +6,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...errors import ExportError, RuntimeFailure
-from ..base import (Artifact, Availability, Backend, DeviceCheck, DeviceTarget, ExportOptions, RunOptions, Runner,
+from vitexport.core.errors import ExportError, RuntimeFailure
+from vitexport.backends.base import (Artifact, Availability, Backend, DeviceCheck, DeviceTarget, ExportOptions, RunOptions, Runner,
                     device_source, output_names)
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class TorchScriptRunner(Runner):
         import numpy as np
         import torch
 
-        from ..eager import named_outputs
+        from vitexport.backends.eager import named_outputs
 
         with torch.inference_mode():
             y = self.module(torch.from_numpy(np.ascontiguousarray(feed[self.input_name])))
@@ -54,7 +54,7 @@ class TorchScriptBackend(Backend):
     def export(self, loaded, options: ExportOptions, out_path: Path, upstream=None) -> Artifact:
         import torch
 
-        from ...sources import export_mode
+        from vitexport.models.sources import export_mode
 
         # Trace at batch >= 2 when the batch is dynamic, so a size-1 dimension is not specialised.
         batch = max(2, loaded.input_shape[0]) if options.dynamic_batch else loaded.input_shape[0]
@@ -75,7 +75,7 @@ class TorchScriptBackend(Backend):
 
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
         """torch.jit.load on the device's CPU or GPU (--device picks one)."""
-        from ...errors import UsageError
+        from vitexport.core.errors import UsageError
 
         if target.language != "python":
             raise UsageError(f"TorchScript has no check for {target.device} here: package a Core ML package or an "

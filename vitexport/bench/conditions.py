@@ -1,0 +1,100 @@
+"""The machine's state while a benchmark ran, round by round, so a reader (and the regression gate)
+can tell noise from change: steal time, the clock, and a small reference kernel timed in every round.
+
+On a shared 2-vCPU VM the second vCPU is taken away in phases of tens of seconds: two-thread work
+then runs 1.5-2x slower while one-thread work does not change. The reference kernel (a small float32
+matrix product on the benchmark's threads, in its own process) slows with it, so rounds whose
+reference took much longer than the run's fastest were disturbed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vitexport.bench import fingerprint
+from vitexport.bench.stats import median
+
+# A round whose reference kernel took more than this much longer than the run's fastest round was
+# disturbed. The kernel varies by a few percent between quiet rounds; a vCPU taken away slows a
+# two-thread kernel by 50-100 %.
+DISTURBED = 0.25
+
+
+class RoundClock:
+    """Reads steal and the clock at the start and end of a round."""
+
+    def __init__(self) -> None:
+        self.start_times = fingerprint.cpu_times()
+        self.t0 = time.monotonic()
+
+    def finish(self, reference_ms: float | None) -> dict[str, Any]:
+        ghz, _ = fingerprint.clock_ghz()
+        steal = fingerprint.steal_share(self.start_times, fingerprint.cpu_times())
+        return {"reference_ms": reference_ms, "steal": steal, "clock_ghz": ghz, "seconds": time.monotonic() - self.t0}
+
+
+def disturbed(reference_ms: list[float | None]) -> list[bool]:
+    """Per round: did its reference kernel take more than DISTURBED longer than the fastest round's?
+    Rounds without a reference reading count as undisturbed (nothing says otherwise)."""
+    known = [r for r in reference_ms if r]
+    if not known:
+        return [False] * len(reference_ms)
+    best = min(known)
+    return [bool(r) and r > (1 + DISTURBED) * best for r in reference_ms]
+
+
+def phase_changes(reference_ms: list[float | None]) -> int:
+    """How often the run went from quiet to disturbed or back."""
+    flags = disturbed(reference_ms)
+    return sum(a != b for a, b in zip(flags, flags[1:]))
+
+
+def summary(rounds: list[dict], threads: int, reference: dict | None) -> dict[str, Any]:
+    """The report's `conditions`: what the machine was like over the run, every round kept."""
+    refs = [r.get("reference_ms") for r in rounds]  # each round's slowest reading: did anything disturb it
+    known = [v for r in rounds for v in (r.get("reference_each_ms") or [r.get("reference_ms")]) if v]
+    steal = [r["steal"] for r in rounds if r.get("steal") is not None]
+    clocks = [r["clock_ghz"] for r in rounds if r.get("clock_ghz")]
+    flop = (reference or {}).get("flop")
+    ghz, source = fingerprint.clock_ghz()
+    out: dict[str, Any] = {
+        "threads": threads,
+        "rounds": len(rounds),
+        "seconds": sum(r.get("seconds") or 0 for r in rounds),
+        "steal": {"mean": sum(steal) / len(steal), "max": max(steal)} if steal else None,
+        "clock_ghz": {"median": median(clocks), "min": min(clocks), "max": max(clocks), "source": source}
+        if clocks else ({"median": ghz, "min": ghz, "max": ghz, "source": source} if ghz else None),
+        "reference_kernel": None,
+        "phase_changes": phase_changes(refs),
+        "disturbed_rounds": sum(disturbed(refs)),
+        "per_round": rounds,
+    }
+    if known and reference:
+        out["reference_kernel"] = {"what": reference.get("what"),
+                                   "ms": {"median": median(known), "min": min(known), "max": max(known)},
+                                   "gflops": {"median": flop / median(known) / 1e6, "best": flop / min(known) / 1e6,
+                                              "worst": flop / max(known) / 1e6} if flop else None}
+    return out
+
+
+def describe(c: dict | None) -> str:
+    """One line for people: 'threads 2; 20 rounds in 24 s; steal 0.4 % (max 3 %); reference kernel
+    118 GFLOP/s (64-134); clock 2.60 GHz (cpuinfo); 2 phase changes, 6 of 20 rounds disturbed'."""
+    if not c:
+        return ""
+    parts = [f"threads {c.get('threads')}", f"{c.get('rounds')} rounds in {c.get('seconds') or 0:.0f} s"]
+    steal = c.get("steal")
+    if steal:
+        parts.append(f"steal {steal['mean']:.1%} (max {steal['max']:.0%} in a round)")
+    ref = c.get("reference_kernel")
+    if ref and ref.get("gflops"):
+        g = ref["gflops"]
+        parts.append(f"reference kernel {g['median']:.0f} GFLOP/s ({g['worst']:.0f}-{g['best']:.0f})")
+    clock = c.get("clock_ghz")
+    if clock and clock.get("median"):
+        parts.append(f"clock {clock['median']:.2f} GHz ({clock['source']})")
+    if c.get("rounds"):
+        parts.append(f"{c.get('phase_changes', 0)} phase change{'s' if c.get('phase_changes') != 1 else ''}, "
+                     f"{c.get('disturbed_rounds', 0)} of {c['rounds']} rounds disturbed")
+    return "; ".join(parts)

@@ -1,0 +1,55 @@
+"""The `transformers` architectures `hf:DIR` exports, and what each one needs.
+
+One entry per class name that `config.json` lists first under `architectures`. Adding one is an
+entry here and a tiny config in the tests' table (tests/hf_tiny.py), which every hf test iterates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Why sdpa for every architecture: eager attention builds its additive mask with
+# `torch.where(mask, 0, min)`, an op coremltools cannot convert, and sdpa exports to ONNX (both
+# exporters), TorchScript and Core ML once the freezes below are applied.
+ATTENTION = "sdpa"
+
+
+@dataclass(frozen=True)
+class Architecture:
+    outputs: tuple[str, ...]  # ModelOutput fields exported, in this order; a field the model leaves None is dropped
+    processor: str  # image processor class used at the config's image size when the folder has none
+    freezes: tuple[str, ...] = ()  # export-time freezes by name (vitexport.models.hf.freezes.FREEZES)
+    loads_as: str | None = None  # the transformers class that loads it, when not the architecture itself
+    unused: tuple[str, ...] = ()  # checkpoint key prefixes that `loads_as` leaves out on purpose
+    top_level: tuple[str, ...] = ()  # config keys `loads_as` must take from the top-level config
+
+
+CLASSIFIER = ("logits",)
+HEADLESS = ("last_hidden_state", "pooler_output")
+EMBEDDING = ("image_embeds", "last_hidden_state")
+POSITIONS = ("dinov2-position-embeddings",)  # interpolated bicubically every forward: no Core ML op for that
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "ViTForImageClassification": Architecture(CLASSIFIER, "ViTImageProcessor"),
+    "ViTModel": Architecture(HEADLESS, "ViTImageProcessor"),
+    "ViTMSNForImageClassification": Architecture(CLASSIFIER, "ViTImageProcessor"),
+    "DeiTForImageClassification": Architecture(CLASSIFIER, "DeiTImageProcessor"),
+    # logits is the mean of the class-token and distillation-token heads; all three are exported
+    "DeiTForImageClassificationWithTeacher": Architecture(("logits", "cls_logits", "distillation_logits"),
+                                                          "DeiTImageProcessor"),
+    # BEiT rebuilds its relative-position bias every forward with in-place index writes and a
+    # same-size bilinear resize: the dynamo ONNX exporter and Core ML both fail on it
+    "BeitForImageClassification": Architecture(CLASSIFIER, "BeitImageProcessor",
+                                               freezes=("beit-relative-position-bias",)),
+    "Dinov2Model": Architecture(HEADLESS, "BitImageProcessor", freezes=POSITIONS),
+    "Dinov2ForImageClassification": Architecture(CLASSIFIER, "BitImageProcessor", freezes=POSITIONS),
+    "CLIPVisionModel": Architecture(HEADLESS, "CLIPImageProcessor"),
+    "CLIPVisionModelWithProjection": Architecture(EMBEDDING, "CLIPImageProcessor"),
+    # The published CLIP and SigLIP checkpoints hold both towers: the vision tower is what exports. Its
+    # vision config carries a default projection_dim; the checkpoint's projection has the top-level one.
+    "CLIPModel": Architecture(EMBEDDING, "CLIPImageProcessor", loads_as="CLIPVisionModelWithProjection",
+                              unused=("text_model.", "text_projection.", "logit_scale"), top_level=("projection_dim",)),
+    "SiglipVisionModel": Architecture(HEADLESS, "SiglipImageProcessor"),
+    "SiglipModel": Architecture(HEADLESS, "SiglipImageProcessor", loads_as="SiglipVisionModel",
+                                unused=("text_model.", "logit_scale", "logit_bias")),
+}

@@ -1,0 +1,85 @@
+"""One image through an image processor's steps (recorded by `vitexport.models.hf.processor`), computed the
+way transformers' torchvision backend computes them, operation for operation, so the pixels match
+`AutoImageProcessor.from_pretrained(DIR)(image)` (the tests hold them within 1e-6 on the sample
+photos). Needs torchvision, not transformers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def processor_pixels(im, steps: dict[str, Any], shape: tuple[int, ...]) -> np.ndarray:
+    """An opened PIL image -> (3, H, W) float32 for a model taking `shape` (N, 3, H, W)."""
+    import torch
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.v2 import functional as tvF
+
+    pixels = np.array(rgb(im, steps["convert_rgb"]))
+    t = torch.from_numpy(pixels).permute(2, 0, 1).contiguous()  # (h, w, 3) -> (3, h, w), uint8
+    if steps["resize"]:
+        modes = {"nearest": InterpolationMode.NEAREST_EXACT, "bilinear": InterpolationMode.BILINEAR,
+                 "bicubic": InterpolationMode.BICUBIC}
+        # uint8 in, uint8 out, as the processor resizes (rounding to 8 bits before normalising)
+        t = tvF.resize(t, resized_hw(t.shape[-2:], steps["resize"]), interpolation=modes[steps["resample"]],
+                       antialias=True)
+    if steps["center_crop"]:
+        t = center_crop(t, steps["center_crop"]["height"], steps["center_crop"]["width"])
+    if tuple(t.shape[-2:]) != tuple(shape[2:]):
+        size = "x".join(map(str, t.shape[-2:]))
+        raise ValueError(f"{steps['class']} made it {size}, not the model's {shape[2]}x{shape[3]} (no centre crop "
+                         "after an aspect-preserving resize)")
+    return normalised(t, steps).numpy()
+
+
+def rgb(im, convert_rgb: bool):
+    """RGB at 8 bits. A processor with do_convert_rgb composites transparency onto white, as
+    transformers does; the others would fail on a non-RGB image, so Pillow's conversion stands in."""
+    from PIL import Image
+
+    from vitexport.verify.feeds import eight_bit
+
+    if convert_rgb and ("A" in im.getbands() or im.info.get("transparency") is not None):
+        white = Image.new("RGBA", im.size, (255, 255, 255, 255))
+        return Image.alpha_composite(white, im.convert("RGBA")).convert("RGB")
+    return eight_bit(im, 3)
+
+
+def resized_hw(hw, resize: dict[str, int]) -> list[int]:
+    """Target (height, width): fixed, or the shorter side at `shortest_edge` and the longer scaled
+    and floored (transformers' get_resize_output_image_size)."""
+    if "shortest_edge" not in resize:
+        return [resize["height"], resize["width"]]
+    height, width = int(hw[0]), int(hw[1])
+    short, long = (width, height) if width <= height else (height, width)
+    new_short, new_long = resize["shortest_edge"], int(resize["shortest_edge"] * long / short)
+    return [new_long, new_short] if width <= height else [new_short, new_long]
+
+
+def center_crop(t, height: int, width: int):
+    """transformers' centre crop: zero-pad an image smaller than the crop, then cut the middle."""
+    from torchvision.transforms.v2 import functional as tvF
+
+    h, w = t.shape[-2:]
+    if height > h or width > w:
+        pad = [(width - w) // 2 if width > w else 0, (height - h) // 2 if height > h else 0,
+               (width - w + 1) // 2 if width > w else 0, (height - h + 1) // 2 if height > h else 0]
+        t = tvF.pad(t, pad, fill=0)
+        h, w = t.shape[-2:]
+    top, left = int((h - height) / 2.0), int((w - width) / 2.0)
+    return tvF.crop(t, top, left, height, width)
+
+
+def normalised(t, steps: dict[str, Any]):
+    """Rescale and normalise fused as transformers fuses them: (x - mean / r) / (std / r) in float32."""
+    import torch
+    from torchvision.transforms.v2 import functional as tvF
+
+    rescale, mean, std = steps["rescale_factor"], steps["image_mean"], steps["image_std"]
+    if mean is not None and rescale is not None:
+        mean_t, std_t = torch.tensor(mean) * (1.0 / rescale), torch.tensor(std) * (1.0 / rescale)
+        return tvF.normalize(t.to(torch.float32), mean_t, std_t)
+    if mean is not None:
+        return tvF.normalize(t.to(torch.float32), mean, std)
+    return t * rescale if rescale is not None else t.to(torch.float32)

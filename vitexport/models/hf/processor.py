@@ -1,0 +1,119 @@
+"""The directory's image processor as vitexport preprocessing: plain data that `pixels` applies
+without transformers, recorded in the sidecar, used for `--images`, the check inputs' normalisation
+and Core ML's `--image-input`.
+
+It reproduces the processor users get by default: `AutoImageProcessor.from_pretrained(DIR)`, which
+in transformers 5 is the torchvision backend. (The PIL backend, `backend="pil"`, resizes differently
+and gives pixels up to a few grey levels apart on downscaled images; only one of the two can be matched.)
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from vitexport.core.errors import SourceError
+from vitexport.core.jsonfile import read_json
+from vitexport.models.hf.files import PROCESSOR
+
+# Processors whose steps are TorchvisionBackend's own: convert, resize, centre-crop, rescale and
+# normalise (BEiT's adds segmentation maps only). Another processor may do more than `pixels` does.
+SUPPORTED = ("ViTImageProcessor", "DeiTImageProcessor", "BeitImageProcessor", "BitImageProcessor",
+             "CLIPImageProcessor", "SiglipImageProcessor")
+RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}  # PIL codes the processors store -> what `pixels` runs
+
+
+def preprocessing(transformers, path: Path, default_class: str, image_size: int) -> dict[str, Any]:
+    """vitexport's preprocessing dict from the directory's processor, or from `default_class` at the
+    config's image size when the directory has none."""
+    if (path / PROCESSOR).exists():
+        read_json(path / PROCESSOR, "hf: model file", error=SourceError)  # bounded, before transformers opens it
+        try:
+            proc = transformers.AutoImageProcessor.from_pretrained(str(path), local_files_only=True,
+                                                                   trust_remote_code=False)
+        except Exception as e:  # transformers raises ValueError, OSError, KeyError... for bad configs
+            raise SourceError(f"hf:{path}: cannot read {PROCESSOR}: {type(e).__name__}: "
+                              f"{(str(e).strip().splitlines() or [''])[0][:200]}") from None
+        origin = PROCESSOR
+    else:
+        proc = at_size(getattr(transformers, default_class), image_size)
+        origin = f"{default_class} defaults at the config's image_size {image_size} (the directory has no {PROCESSOR})"
+    return recipe(proc, origin, str(path))
+
+
+def at_size(cls, size: int):
+    """The class's own defaults with the resize (and crop) at `size`."""
+    base = cls()
+    resize = {"shortest_edge": size} if base.size.shortest_edge else {"height": size, "width": size}
+    return cls(size=resize, crop_size={"height": size, "width": size})
+
+
+def recipe(proc, origin: str, where: str) -> dict[str, Any]:
+    name = type(proc).__name__
+    if name not in SUPPORTED or getattr(proc, "backend", None) != "torchvision":
+        raise SourceError(f"hf:{where}: its image processor {name} is not one vitexport reproduces "
+                          f"({', '.join(SUPPORTED)}, torchvision backend)")
+    if getattr(proc, "do_pad", False):
+        raise SourceError(f"hf:{where}: {name} pads images (do_pad), which vitexport does not reproduce")
+    resize = _resize(proc, where) if proc.do_resize else None
+    crop = {"height": proc.crop_size.height, "width": proc.crop_size.width} if proc.do_center_crop else None
+    if proc.do_resize and proc.resample not in RESAMPLE:
+        raise SourceError(f"hf:{where}: {name} resamples with PIL code {proc.resample}; vitexport reproduces "
+                          f"{', '.join(RESAMPLE.values())}")
+    rescale = float(proc.rescale_factor) if proc.do_rescale else None
+    mean = _per_channel(proc.image_mean) if proc.do_normalize else None
+    std = _per_channel(proc.image_std) if proc.do_normalize else None
+    steps = {"class": name, "backend": "torchvision", "from": origin, "convert_rgb": bool(proc.do_convert_rgb),
+             "resize": resize, "resample": RESAMPLE[proc.resample] if resize else None, "antialias": True,
+             "center_crop": crop, "rescale_factor": rescale, "image_mean": mean, "image_std": std}
+    eff_mean, eff_std = unit_normalisation(rescale, mean, std)
+    return {"mean": eff_mean, "std": eff_std, "processor": steps, "description": describe(steps)}
+
+
+def _resize(proc, where: str) -> dict[str, int]:
+    size = proc.size
+    if size.height and size.width and not size.shortest_edge:
+        return {"height": size.height, "width": size.width}
+    if size.shortest_edge and not (size.longest_edge or size.max_height or size.max_width):
+        return {"shortest_edge": size.shortest_edge}
+    raise SourceError(f"hf:{where}: {type(proc).__name__} resizes to {dict(size)}; vitexport reproduces "
+                      "{height, width} and {shortest_edge}")
+
+
+def _per_channel(value) -> list[float]:
+    values = [float(v) for v in value] if isinstance(value, (list, tuple)) else [float(value)] * 3
+    if len(values) != 3:
+        raise SourceError(f"image mean/std {value!r} is not one value per RGB channel")
+    return values
+
+
+def unit_normalisation(rescale: float | None, mean: list[float] | None,
+                       std: list[float] | None) -> tuple[list[float], list[float]]:
+    """The processor's (pixel * rescale - mean) / std as (pixel / 255 - m) / s, the form the rest of
+    vitexport uses (seeded check inputs, Core ML's folded image input): m = mean / (255 * rescale)."""
+    unit = 255.0 * (rescale if rescale is not None else 1.0)
+    if math.isclose(unit, 1.0, rel_tol=1e-9):
+        unit = 1.0  # the usual 1/255: keep the processor's own numbers
+    mean, std = mean or [0.0] * 3, std or [1.0] * 3
+    return [m / unit for m in mean], [s / unit for s in std]
+
+
+def describe(steps: dict[str, Any]) -> str:
+    parts = []
+    resize = steps["resize"]
+    if resize:
+        target = f"shorter side {resize['shortest_edge']}" if "shortest_edge" in resize \
+            else f"{resize['height']}x{resize['width']}"
+        parts.append(f"resize to {target} {steps['resample']} (antialiased)")
+    if steps["center_crop"]:
+        parts.append(f"centre-crop {steps['center_crop']['height']}x{steps['center_crop']['width']}")
+    if steps["rescale_factor"] is not None:
+        parts.append(f"rescale x{steps['rescale_factor']:.6g}")
+    if steps["image_mean"] is not None:
+        parts.append(f"normalise mean {_short(steps['image_mean'])} std {_short(steps['image_std'])}")
+    return f"{steps['class']} (transformers' default torchvision backend): " + ", ".join(parts)
+
+
+def _short(values: list[float]) -> str:
+    return "(" + ", ".join(f"{v:.4g}" for v in values) + ")"

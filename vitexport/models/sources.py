@@ -1,0 +1,473 @@
+"""Resolve a model spec into an eval-mode nn.Module with a known input shape.
+
+Specs: a preset name (`tiny`), `torchvision:NAME`, `timm:NAME`, `hf:DIR` (a Hugging Face
+`save_pretrained` directory, see vitexport.models.hf), `path/to/file.py:factory`, `pkg.module:factory`.
+Weights come from .safetensors or a torch checkpoint loaded with `weights_only=True`; pickles are
+refused unless the user allows them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import importlib.util
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vitexport.models import presets as configs
+from vitexport.core.environment import sha256_file, total_memory_bytes
+from vitexport.core.errors import ConfigError, SourceError, WeightsError
+
+if TYPE_CHECKING:
+    from vitexport.export.sidecar import SourceRecord
+
+
+@dataclass
+class SourceSpec:
+    """Everything needed to rebuild the same model later (recorded in every sidecar)."""
+
+    model: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    weights: str | None = None
+    allow_pickle: bool = False
+    input_shape: tuple[int, ...] | None = None
+    seed: int = 0  # seeds random init, so weightless models rebuild identically
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["input_shape"] = list(self.input_shape) if self.input_shape else None
+        d["overrides"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.overrides.items()}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SourceSpec":
+        d = dict(d)
+        if d.get("input_shape"):
+            d["input_shape"] = tuple(d["input_shape"])
+        d["overrides"] = {k: tuple(v) if isinstance(v, list) else v for k, v in (d.get("overrides") or {}).items()}
+        return cls(**d)
+
+
+@dataclass
+class LoadedModel:
+    spec: SourceSpec
+    model: Any  # torch.nn.Module in eval mode
+    input_shape: tuple[int, int, int, int]  # (N, C, H, W); N is the static batch
+    name: str  # file-name friendly
+    kind: str  # preset | torchvision | timm | hf | file | module
+    config: configs.ViTConfig | None = None
+    weights_sha256: str | None = None
+    preprocessing: dict[str, Any] = field(default_factory=dict)
+    output_names: list[str] | None = None  # a model with several outputs names them; else --output-name
+    weights_file: str | None = None  # the file weights_sha256 is of
+    notes: list[str] = field(default_factory=list)  # what vitexport chose or changed to load and export it
+
+    def describe(self) -> "SourceRecord":
+        from vitexport.export.sidecar import SourceRecord
+
+        return SourceRecord(spec=self.spec.to_dict(), kind=self.kind,
+                            config=self.config.to_dict() if self.config else None,
+                            weights_sha256=self.weights_sha256, input_shape=list(self.input_shape),
+                            preprocessing=self.preprocessing, notes=list(self.notes))
+
+
+@dataclass
+class Built:
+    """What a spec's builder hands to `load`, which finishes every kind of model the same way."""
+
+    model: Any  # torch.nn.Module
+    config: configs.ViTConfig | None = None
+    input_shape: tuple[int, ...] | None = None
+    preprocessing: dict[str, Any] | None = None
+    name: str | None = None  # base of the artifact's name (default: the spec after its prefix)
+    weights_sha256: str | None = None  # weights the builder read itself (a Hugging Face directory's)
+    weights_file: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# Largest input a model of the user's own is given: beyond these, a typo would exhaust memory.
+MAX_INPUT = {"N": 4096, "C": 64, "H": 16384, "W": 16384}
+CHECK_BATCH = 8  # the largest batch a check runs by default: what a preset's memory estimate assumes
+
+
+def parse_input_shape(text: str) -> tuple[int, int, int, int]:
+    try:
+        dims = tuple(int(p) for p in text.replace("x", ",").split(","))
+    except ValueError:
+        raise SourceError(f"--input-shape expects N,C,H,W integers, got {text!r}") from None
+    if len(dims) != 4 or min(dims) <= 0:
+        raise SourceError(f"--input-shape expects four positive integers N,C,H,W, got {text!r}")
+    for (axis, limit), value in zip(MAX_INPUT.items(), dims):
+        if value > limit:
+            raise SourceError(f"--input-shape {axis}={value} is above {limit}; is it a typo?")
+    return dims  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def export_mode():
+    """Disable the MultiheadAttention fast path while tracing/exporting (it fails trace checks)."""
+    import torch
+
+    previous = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(previous)
+
+
+def load(spec: SourceSpec) -> LoadedModel:
+    """Build the model, load its weights, put it in eval mode and materialise lazy modules."""
+    import torch
+
+    kind = _kind_of(spec.model)
+    if spec.overrides and kind != "preset":
+        raise ConfigError("--set applies to presets only; configure your own model in its factory")
+    if spec.weights and kind == "hf":
+        raise SourceError("--weights does not apply to hf: models; their weights are the directory's model.safetensors")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        built = _BUILDERS[kind](spec)
+    model, cfg, preprocessing, notes = built.model, built.config, built.preprocessing, list(built.notes)
+    if not isinstance(model, torch.nn.Module):
+        raise SourceError(f"{spec.model} returned {type(model).__name__}, not a torch.nn.Module")
+    shape = spec.input_shape or built.input_shape or _shape_from_module(model)
+    if shape is None:
+        raise SourceError(f"cannot tell the input shape of {spec.model}: pass --input-shape N,C,H,W "
+                          "or give the module an `input_shape` attribute")
+    shape = tuple(int(s) for s in shape)
+    if len(shape) == 3:
+        shape = (1, *shape)
+    if cfg is not None and spec.input_shape and tuple(shape[1:]) != (cfg.in_chans, *cfg.image_hw):
+        raise ConfigError(f"--input-shape {','.join(map(str, shape))} does not match the preset's "
+                          f"{cfg.in_chans}x{cfg.image_hw[0]}x{cfg.image_hw[1]} input; use --set image_size=... instead")
+    model.eval()
+    _materialise_lazy(model, shape)
+    digest, weights_file = built.weights_sha256, built.weights_file
+    if spec.weights:
+        digest, note = _load_weights(model, Path(spec.weights), spec.allow_pickle)
+        weights_file = spec.weights
+        notes += [note] if note else []
+    elif kind == "torchvision":
+        _seed_zero_heads(model, spec.seed)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    base = built.name or (cfg.name if kind == "preset" else spec.model.split(":")[-1])
+    name = artifact_stem(spec, base, seeded=digest is None)
+    if preprocessing is None:
+        preprocessing = {"mean": list(configs.IMAGENET_MEAN), "std": list(configs.IMAGENET_STD)}
+    preprocessing.setdefault("size", list(shape[2:]))
+    output_names = _output_names(model, spec)
+    if runs_user_code(spec.model):  # a user's own module may return anything: look before exporting it
+        model, output_names = _user_outputs(model, shape, spec, output_names)
+    return LoadedModel(spec, model, shape, name, kind, cfg, digest, preprocessing, output_names, weights_file, notes)
+
+
+def artifact_stem(spec: SourceSpec, base: str, seeded: bool = True) -> str:
+    """A file-name stem that tells exports of different models apart: the model's name, then each
+    --set override and, for seeded random weights (`seeded`), the seed (`tiny-depth2-seed3`)."""
+    parts = [base] + [f"{key}{_plain(value)}" for key, value in sorted(spec.overrides.items())]
+    if spec.seed and seeded and not spec.weights:
+        parts.append(f"seed{spec.seed}")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts)).strip("_.-") or "model"
+
+
+def _plain(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return "x".join(_plain(v) for v in value)
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def weights_identity(spec: SourceSpec) -> tuple[str, str] | None:
+    """(file, sha256) of the weights a spec reads, found without building the model, so `verify` can
+    tell changed weights from a changed artifact; None for seeded random weights."""
+    if spec.weights:
+        path = Path(spec.weights)
+        if not path.is_file():
+            raise WeightsError(f"the weights recorded in the sidecar are gone: {path}")
+        return str(path), sha256_file(path)
+    if _kind_of(spec.model) == "hf":
+        from vitexport.models.hf.files import weights_identity as hf_weights
+
+        return hf_weights(spec.model.partition(":")[2])
+    return None
+
+
+def runs_user_code(model: str) -> bool:
+    """Whether building `model` imports Python code outside vitexport and the libraries it names
+    (a file.py:factory or pkg.module:factory spec)."""
+    return _kind_of(model) in ("file", "module")
+
+
+def _kind_of(model: str) -> str:
+    if ":" not in model:
+        return "preset"
+    prefix, _, rest = model.partition(":")
+    if prefix in ("torchvision", "timm", "hf"):
+        return prefix
+    if not rest:
+        raise SourceError(f"model spec {model!r} lacks a factory name after ':'")
+    return "file" if prefix.endswith(".py") else "module"
+
+
+def _build_preset(spec: SourceSpec):
+    from vitexport.models import vit
+
+    cfg = configs.get_preset(spec.model)
+    if spec.overrides:
+        cfg = cfg.replace(**spec.overrides)
+    configs.check_fits(cfg, total_memory_bytes(), batch=CHECK_BATCH)
+    preprocessing = {"mean": list(cfg.mean), "std": list(cfg.std)}
+    return Built(vit.VisionTransformer(cfg), cfg, cfg.input_shape, preprocessing)
+
+
+def _build_torchvision(spec: SourceSpec):
+    from torchvision import models
+
+    name = spec.model.partition(":")[2]
+    builders = [n for n in models.list_models(module=models) if n.startswith("vit_")]
+    if name not in builders:
+        raise SourceError(f"unknown torchvision ViT {name!r} (known: {', '.join(builders)})")
+    model = models.get_model(name, weights=None)
+    size = getattr(model, "image_size", 224)
+    return Built(model, input_shape=(1, 3, size, size))
+
+
+def _build_timm(spec: SourceSpec):
+    try:
+        import timm
+    except ImportError:
+        raise SourceError("timm: models need timm: pip install 'vitexport[timm]'") from None
+    name = spec.model.partition(":")[2]
+    try:
+        model = timm.create_model(name, pretrained=False)
+    except RuntimeError as e:  # timm raises RuntimeError("Unknown model ...")
+        raise SourceError(f"timm: {e}") from None
+    data_cfg = getattr(model, "pretrained_cfg", {}) or {}
+    shape = data_cfg.get("input_size")
+    preprocessing = None
+    if data_cfg.get("mean") and data_cfg.get("std"):
+        preprocessing = {"mean": list(data_cfg["mean"]), "std": list(data_cfg["std"]),
+                         "interpolation": data_cfg.get("interpolation"), "crop_pct": data_cfg.get("crop_pct")}
+    return Built(model, input_shape=shape, preprocessing=preprocessing)
+
+
+def _build_hf(spec: SourceSpec):
+    from vitexport.models.hf.model import build
+
+    return build(spec)
+
+
+def _build_file(spec: SourceSpec):
+    path_text, _, factory = spec.model.rpartition(":")
+    path = Path(path_text)
+    if not path.is_file():
+        raise SourceError(f"model file not found: {path}")
+    module_name = f"vitexport_user_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[module_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as e:
+        raise SourceError(f"importing {path} failed: {type(e).__name__}: {e}") from None
+    return _call_factory(module, factory, spec.model)
+
+
+def _build_module(spec: SourceSpec):
+    module_name, _, factory = spec.model.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SourceError(f"cannot import {module_name!r}: {e}") from None
+    return _call_factory(module, factory, spec.model)
+
+
+def _call_factory(module, factory: str, spec_text: str):
+    fn = getattr(module, factory, None)
+    if not callable(fn):
+        raise SourceError(f"{spec_text}: no callable named {factory!r}")
+    try:
+        model = fn()
+    except Exception as e:
+        raise SourceError(f"{spec_text}: factory raised {type(e).__name__}: {e}") from None
+    preprocessing = getattr(model, "preprocessing", None)
+    return Built(model, preprocessing=dict(preprocessing) if preprocessing else None)
+
+
+_BUILDERS = {"preset": _build_preset, "torchvision": _build_torchvision, "timm": _build_timm, "hf": _build_hf,
+             "file": _build_file, "module": _build_module}
+
+
+def _shape_from_module(model) -> tuple[int, ...] | None:
+    """`input_shape` attribute (N,C,H,W or C,H,W), else timm's data config."""
+    shape = getattr(model, "input_shape", None)
+    if shape is not None:
+        return tuple(shape)
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    return tuple(cfg["input_size"]) if "input_size" in cfg else None
+
+
+def _output_names(model, spec: SourceSpec) -> list[str] | None:
+    """A model with several outputs says what they are called with an `output_names` attribute."""
+    names = getattr(model, "output_names", None)
+    if names is None:
+        return None
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) and n for n in names) \
+            or len(set(names)) != len(names):
+        raise SourceError(f"{spec.model}: output_names must be a list of distinct non-empty strings, got {names!r}")
+    return list(names)
+
+
+def _user_outputs(model, shape, spec: SourceSpec, given: list[str] | None):
+    """The model, flattened to return tensors only when its output is a dict, dataclass, namedtuple or
+    a nesting (vitexport.models.outputs), and its outputs' names. A model whose outputs are the same for two
+    different inputs is refused: there is nothing to export or check, and exporters drop its input."""
+    import torch
+
+    from vitexport.models.outputs import flat_names, flattened, pick, tensor_paths
+
+    gen = torch.Generator().manual_seed(spec.seed)
+    x1, x2 = (torch.randn(shape, generator=gen) for _ in range(2))
+    try:
+        with torch.no_grad(), export_mode():
+            y1, y2 = model(x1), model(x2)
+    except Exception as e:
+        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise SourceError(f"{spec.model} fails on a {'x'.join(map(str, shape))} input: {type(e).__name__}: "
+                          f"{text}") from None
+    paths = tensor_paths(y1)
+    if not paths:
+        raise SourceError(f"{spec.model} returned {type(y1).__name__} holding no tensor; a model must return "
+                          "its outputs as tensors")
+    if tensor_paths(y2) != paths:
+        raise SourceError(f"{spec.model} returns outputs of another structure for another input")
+    broken = [p for p in paths if pick(y1, p).is_floating_point() and not torch.isfinite(pick(y1, p)).all()]
+    if broken:
+        which = "its output" if paths == [()] else \
+            f"output {flat_names(paths, given, spec.model)[paths.index(broken[0])]}"
+        raise SourceError(f"{spec.model}: PyTorch computes NaN or infinity in {which} for a random input; every "
+                          "check feeds random inputs, so the model must stay finite on them")
+    if all(torch.equal(pick(y1, p), pick(y2, p)) for p in paths):
+        raise SourceError(f"{spec.model}: its outputs are the same for two different inputs, so they do not "
+                          "depend on the input; there is nothing to export or check")
+    if isinstance(y1, torch.Tensor):
+        return model, given
+    names = flat_names(paths, given, spec.model)
+    flat = isinstance(y1, (tuple, list)) and not hasattr(y1, "_fields") and paths == [(i,) for i in range(len(y1))]
+    return (model if flat else flattened(model, paths)), names
+
+
+def _materialise_lazy(model, shape) -> None:
+    """Run one dry forward so Lazy* modules get their shapes before weights load or export."""
+    import torch
+    from torch.nn.parameter import UninitializedParameter
+
+    if any(isinstance(p, UninitializedParameter) for p in model.parameters()):
+        with torch.no_grad(), export_mode():
+            model(torch.zeros(shape))
+
+
+def _seed_zero_heads(model, seed: int) -> None:
+    """torchvision initialises ViT heads to zero, which makes every logit 0 and any parity check vacuous."""
+    import torch
+
+    heads = getattr(model, "heads", None)
+    if heads is None:
+        return
+    gen = torch.Generator().manual_seed(seed)
+    for layer in heads.modules():
+        if isinstance(layer, torch.nn.Linear) and not layer.weight.any():
+            with torch.no_grad():
+                layer.weight.copy_(torch.randn(layer.weight.shape, generator=gen) * 0.02)
+                layer.bias.copy_(torch.randn(layer.bias.shape, generator=gen) * 0.02)
+
+
+def read_state_dict(path: Path, allow_pickle: bool) -> dict:
+    import torch
+
+    if not path.is_file():
+        raise WeightsError(f"weights file {path} is not a regular file" if path.exists() else
+                           f"weights file not found: {path}")
+    if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except (SafetensorError, OSError, ValueError) as e:
+            raise WeightsError(f"corrupt safetensors file {path}: {e}") from None
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=not allow_pickle)
+    except Exception as e:  # torch raises many types for bad pickles/zips
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "Unsupported global" in str(e):
+            raise WeightsError(f"{path} holds pickled Python objects; refusing to unpickle it. "
+                               "Re-save it as safetensors, or pass --allow-pickle if you trust its origin") from None
+        detail = "" if "Weights only load failed" in text else f" ({text[:120]})"  # torch's text is a page long
+        raise WeightsError(f"cannot read checkpoint {path}: not a valid torch checkpoint{detail}") from None
+    for key in ("state_dict", "model", "model_state_dict"):
+        if isinstance(obj, dict) and isinstance(obj.get(key), dict):
+            obj = obj[key]
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise WeightsError(f"{path} does not contain a state dict of tensors")
+    return obj
+
+
+# Training wrappers put these before every key: DistributedDataParallel `module.`, Lightning and EMA
+# wrappers `model.`. Official torchvision and timm files carry neither.
+WRAPPER_PREFIXES = ("module.", "model.")
+
+
+def _load_weights(model, path: Path, allow_pickle: bool) -> tuple[str, str | None]:
+    """Load a checkpoint whose keys fit the model exactly, or do so once a training wrapper's prefix
+    is removed; return its sha256 and a note saying when the prefix was removed."""
+    state = read_state_dict(path, allow_pickle)
+    problems = _load_fitting(model, state)
+    if not problems:
+        return sha256_file(path), None
+    for prefix in WRAPPER_PREFIXES:
+        if state and all(k.startswith(prefix) for k in state) and not _load_fitting(model, _strip(state, prefix)):
+            return sha256_file(path), (f"weights {path.name}: every key began with '{prefix}' (a training "
+                                       "wrapper's prefix); removed it, and then every key fit the model")
+    raise WeightsError(f"weights {path.name} do not fit the model; " + "; ".join(problems))
+
+
+def _load_fitting(model, state: dict) -> list[str]:
+    """Load `state` into `model` if every key fits; else say which do not (a partial load is left
+    behind, which the caller discards or overwrites). Missing and unexpected keys are judged by the
+    model's own load hooks, so a layout the model still accepts fits: torchvision renames the MLP keys
+    of its pre-0.14 releases (`mlp.linear_1` -> `mlp.0`), which the official ViT checkpoints use."""
+    own = model.state_dict()
+    mismatched = sorted(k for k in own.keys() & state.keys() if tuple(own[k].shape) != tuple(state[k].shape))
+    fitting = type(state)((k, v) for k, v in state.items() if k not in mismatched)
+    if hasattr(state, "_metadata"):  # per-module versions, which the load hooks read
+        fitting._metadata = state._metadata
+    try:
+        result = model.load_state_dict(fitting, strict=False)
+    except RuntimeError as e:  # a key renamed by a hook has the wrong shape; torch names it
+        lines = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
+        return [f"shape mismatch: {lines[0] if lines else str(e).splitlines()[0]}"]
+    problems = []
+    for label, keys in (("missing", sorted(set(result.missing_keys) - set(mismatched))),
+                        ("unexpected", sorted(result.unexpected_keys)), ("shape mismatch", mismatched)):
+        if keys:
+            shown = ", ".join(keys[:5]) + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else "")
+            problems.append(f"{label}: {shown}")
+    return problems
+
+
+def _strip(state: dict, prefix: str) -> dict:
+    """`state` without `prefix` on its keys, its per-module metadata renamed alike."""
+    stripped = type(state)((k[len(prefix):], v) for k, v in state.items())
+    metadata = getattr(state, "_metadata", None)
+    if metadata is not None:
+        stripped._metadata = type(metadata)(
+            ("" if k == prefix[:-1] else k[len(prefix):] if k.startswith(prefix) else k, v)
+            for k, v in metadata.items())
+    return stripped

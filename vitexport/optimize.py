@@ -1,0 +1,158 @@
+"""`vitexport optimize`: build every candidate that every runtime able to run the target here offers
+(ONNX Runtime's fp32, optimised fp32, int8 dynamic and static, fp16 on a GPU; OpenVINO's fp32, bf16
+and int8 on a CPU; ...), verify each against PyTorch with its accuracy gate, time them all in one
+benchmark run (each runtime in its own worker processes, the cells taking turns), and publish the
+fastest that passed, whatever its runtime, saying why in its sidecar.
+
+Each backend says what it offers through `Backend.candidates(target, ...)`, and each candidate names
+the bench target that times it, so a new runtime competes by declaring its candidates, nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vitexport import backends
+
+from vitexport.export import sidecar
+from vitexport.backends.base import Candidate
+from vitexport.core.errors import BackendUnavailable, ParityError, UsageError
+from vitexport.export.pipeline import Gate, export
+from vitexport.core.progress import ProgressLike, as_progress
+from vitexport.models.sources import SourceSpec
+
+TARGETS = ("cpu", "cuda")
+ROUNDS = 3  # timing rounds: each candidate measured three times, in turn with the others, samples pooled
+
+
+def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "cpu",
+             images: str | Path | None = None, calibration_images: str | Path | None = None,
+             gate: Gate | None = None, batches: list[int] = (1,), out_dir: str | Path = "vitexport-out",
+             name: str | None = None, seed: int = 0, threads: int | None = None, budget_s: float = 5.0,
+             rounds: int = ROUNDS, progress: ProgressLike = None) -> dict[str, Any]:
+    """Return {"candidates": [...], "chosen": label or None, "backend": its backend, "artifact": path or
+    None, "bench": report files, "runtimes": {bench target: None or why it cannot run here}}.
+
+    `only`: the backends whose candidates compete (default: every registered one)."""
+    progress = as_progress(progress)
+    from vitexport.bench.run import bench, check_settings
+    from vitexport.core.options import check_number
+    from vitexport.models.sources import load
+    from vitexport.export.staging import prepare_out_dir
+
+    if target not in TARGETS:
+        raise UsageError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
+    gate = gate or Gate()
+    gate.check()
+    check_settings(list(batches), threads, 0, min(1.0, budget_s), None, budget_s)  # before any export
+    check_number(rounds, "--rounds", minimum=1, maximum=100)
+    calibration = str(calibration_images or images) if (calibration_images or images) else None
+    offered, runtimes = gather(target, calibration, only)
+    if not offered:  # every candidate would be built for nothing
+        why = "; ".join(f"{timer} cannot run here: {reason}" for timer, reason in runtimes.items() if reason)
+        raise BackendUnavailable(f"--target {target}: " + (why or "no backend offers candidates for it"))
+    out = prepare_out_dir(out_dir)
+    stem = name or load(spec).name + "-optimized"
+    work = out / "candidates"
+    rows = []
+    for backend, candidate in offered:
+        progress.step(f"candidate {candidate.label}: exporting and checking")
+        row = {"candidate": candidate.label, "backend": backend, "runtime": candidate.timer,
+               "precision": candidate.options.precision, "options": candidate.options.to_dict()}
+        try:
+            result = export(backend, spec, candidate.options, work, images=images, seed=seed, gate=gate,
+                            name=candidate.label, progress=progress)
+            row.update(passed=True, artifact=result["artifact"], parity=result["parity"])
+        except ParityError as e:  # kept for the table, never chosen
+            row.update(passed=False, artifact=e.result.get("artifact"), parity=e.result.get("parity"),
+                       reason=str(e).split(":", 1)[-1].strip())
+        rows.append(row)
+    passing = [r for r in rows if r["passed"]]
+    report = None
+    if passing:
+        progress.step("timing every passing candidate in one benchmark run")
+        # Ranking needs the candidates side by side, not the machine's GEMM rate (bench reports it).
+        timers = list(dict.fromkeys(r["runtime"] for r in passing))
+        report = bench(None, timers, list(batches), artifacts=[r["artifact"] for r in passing], threads=threads,
+                       warmup_s=min(1.0, budget_s), budget_s=budget_s, seed=seed, out_dir=work, roofline=False,
+                       rounds=rounds, progress=progress)
+        attach_speed(rows, report, batches[0])
+    chosen = fastest(rows)
+    published = None
+    if chosen is not None:
+        # Exported again under the final name (names live inside some artifacts, e.g. an ONNX's
+        # external weights), verified again, and told why it won.
+        progress.step(f"publishing {chosen['candidate']} as {stem}")
+        be = backends.get(chosen["backend"])
+        options = be.Options(**{k: tuple(v) if isinstance(v, list) else v for k, v in chosen["options"].items()})
+        result = export(chosen["backend"], spec, options, out, images=images, seed=seed, gate=gate, name=stem,
+                        progress=progress)
+        published = result["artifact"]
+        record = sidecar.read(Path(published))
+        record.info["optimize_choice"] = reason(chosen, rows, target, batches[0])
+        sidecar.write(sidecar.path_for(Path(published)), record)
+    result = {"target": target, "runtimes": runtimes, "candidates": rows,
+              "chosen": chosen["candidate"] if chosen else None, "backend": chosen["backend"] if chosen else None,
+              "artifact": published, "bench": report["files"] if report else None}
+    if chosen is None:
+        raise ParityError("no candidate passed its check and accuracy gate; see the table", result)
+    return result
+
+
+def gather(target: str, calibration: str | None,
+           only: list[str] | None) -> tuple[list[tuple[str, Candidate]], dict[str, str | None]]:
+    """Every backend's candidates for `target` whose runtime runs here, as (backend, candidate), and
+    each runtime asked for: None when it runs here, else why not."""
+    known = backends.bench_targets()
+    names = list(backends.REGISTRY) if only is None else list(only)
+    offered, runtimes, labels = [], {}, set()
+    for backend in names:
+        be = backends.get(backend)
+        if not be.exports or not be.availability().ok:
+            continue
+        for candidate in be.candidates(target, calibration):
+            timer = known.get(candidate.timer)
+            if timer is None or timer.backend != backend:
+                raise UsageError(f"{backend} offers {candidate.label} timed by {candidate.timer!r}, which is not "
+                                 f"one of its bench targets")
+            if candidate.label in labels:
+                raise UsageError(f"two backends offer a candidate labelled {candidate.label!r}")
+            labels.add(candidate.label)
+            if timer.name not in runtimes:
+                runtimes[timer.name] = backends.get(timer.backend).bench_unavailable(timer)
+            if runtimes[timer.name] is None:
+                offered.append((backend, candidate))
+    return offered, runtimes
+
+
+def attach_speed(rows: list[dict], report: dict, batch: int) -> None:
+    """Each candidate's p50 at `batch` from the bench report, and its speed-up over the first fp32
+    candidate (ONNX Runtime's plain export, the first backend's)."""
+    by_artifact = {r["artifact"]: r for r in report["results"] if r.get("available") and r["batch_size"] == batch}
+    for row in rows:
+        measured = by_artifact.get(Path(row["artifact"]).name) if row.get("artifact") and row["passed"] else None
+        row["p50_ms"] = measured["latency_ms"]["p50"] if measured else None
+        row["bytes"] = measured.get("artifact_bytes") if measured else None
+        row["provider"] = measured.get("provider") if measured else None
+    base = next((r["p50_ms"] for r in rows if r["precision"] == "fp32" and r.get("p50_ms")), None)
+    for row in rows:
+        row["speedup"] = base / row["p50_ms"] if base and row.get("p50_ms") else None
+
+
+def fastest(rows: list[dict]) -> dict | None:
+    timed = [r for r in rows if r["passed"] and r.get("p50_ms")]
+    return min(timed, key=lambda r: r["p50_ms"]) if timed else None
+
+
+def reason(chosen: dict, rows: list[dict], target: str, batch: int) -> dict:
+    others = {r["candidate"]: (f"{r['p50_ms']:.3g} ms in {r['runtime']}" if r.get("p50_ms") else
+                               "failed its check: " + r.get("reason", "")[:120] if not r["passed"] else "not timed")
+              for r in rows if r is not chosen}
+    base = next((r for r in rows if r["precision"] == "fp32" and r.get("p50_ms")), None)
+    return {"chosen": chosen["candidate"], "runtime": chosen["runtime"], "target": target, "batch": batch,
+            "why": f"fastest candidate that passed its check and accuracy gate: {chosen['p50_ms']:.3g} ms p50 at "
+                   f"batch {batch} in {chosen['runtime']}"
+                   + (f", {chosen['speedup']:.2f}x {base['candidate']} in {base['runtime']}"
+                      if chosen.get("speedup") and base is not chosen else ""),
+            "others": others}

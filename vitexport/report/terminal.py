@@ -1,0 +1,449 @@
+"""What people read on the terminal: the parity table and the checks beyond it, the note for an
+artifact that only runs elsewhere, and the bench tables. Everything is rendered from the same
+dicts `--json` prints."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def escape(text: str) -> str:
+    """Messages hold things like `vitexport[coreml]` that rich would read as markup."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def wide_console():
+    """Benchmark tables have many numeric columns: never squeeze them below 110 columns."""
+    import shutil
+
+    from rich.console import Console
+
+    return Console(width=max(shutil.get_terminal_size((110, 24)).columns, 110))
+
+
+def print_table(console, table) -> None:
+    """Print a table with every cell whole: rich would cut a number that does not fit to "15…". In a
+    pipe or a log the table gets the width it needs (nothing there wraps lines); on a terminal too
+    narrow for it, the rightmost columns are left out and named, so what is shown stays true."""
+    natural = console.measure(table, options=console.options.update_width(100_000)).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    if not console.is_terminal:
+        width = console.width
+        console.width = natural
+        try:
+            console.print(table)
+        finally:
+            console.width = width
+        return
+    columns, left_out = list(table.columns), []
+    while len(table.columns) > 1 and console.measure(
+            table, options=console.options.update_width(100_000)).maximum > console.width:
+        left_out.insert(0, table.columns.pop())
+    console.print(table)
+    table.columns = columns
+    names = ", ".join(str(c.header) for c in left_out)
+    console.print(f"[dim](not shown for lack of width: {escape(names)}; widen the terminal or use --json)[/dim]",
+                  highlight=False)
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+def emit(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        export_result(result)
+
+
+def export_result(result: dict[str, Any]) -> None:
+    """An export's or a verification's outcome: the parity table, the checks, the artifact's path."""
+    from rich.console import Console
+
+    parity = result.get("parity")
+    console = Console()
+    if parity and parity.get("skipped"):
+        unverified(console, result)
+    elif parity:
+        print_table(console, parity_table(result))
+        derived(console, result.get("info") or {})
+        export_facts(console, result.get("info") or {})
+        checks(console, parity)
+    else:
+        export_facts(console, result.get("info") or {})
+        console.print("parity: not checked (--no-verify)")
+    if result.get("device"):
+        device_facts(console, result)
+    source(console, result)
+    if result.get("artifact_modified"):
+        console.print("[yellow]note:[/yellow] the artifact changed since export (sha256 differs from the sidecar)")
+    if result.get("baseline"):
+        parity_baseline(console, result["baseline"])
+    console.print(f"artifact: {result['artifact']}", highlight=False, soft_wrap=True)
+
+
+def device_facts(console, result: dict[str, Any]) -> None:
+    """A device report's device and its timings: what ran where, and how fast there."""
+    facts = result["device"]
+    shown = ", ".join(f"{k} {facts[k]}" for k in ("model", "os", "cpu", "runtime", "provider", "compute_units",
+                                                  "jetson_power_mode") if facts.get(k) not in (None, ""))
+    console.print(f"device: {escape(shown)}", highlight=False, soft_wrap=True)
+    cases = (result.get("timings") or {}).get("cases")
+    if isinstance(cases, dict) and cases:
+        parts = [f"{escape(str(name))} {t['p50_ms']:.3g} ms at batch {t.get('batch', '?')}"
+                 for name, t in cases.items() if isinstance(t, dict) and isinstance(t.get("p50_ms"), (int, float))]
+        if parts:
+            console.print("on-device p50 latency: " + "; ".join(parts), highlight=False, soft_wrap=True)
+    console.print(f"package: {escape(result['package'])}", highlight=False, soft_wrap=True)
+
+
+def package_report(result: dict[str, Any]) -> None:
+    """`vitexport package`: where the package is, what it holds, and how to prove it on the device."""
+    from rich.console import Console
+
+    console = Console()
+    cases = ", ".join(f"{c['name']} ({c['rows']})" for c in result["cases"])
+    console.print(f"[green]packaged[/green] {escape(_file_name(result['artifact']))} for {result['target']} "
+                  f"({result['runtime']}): {result['files']} files, golden cases {escape(cases)}, atol "
+                  f"{result['tolerance']['atol']:g}, rtol {result['tolerance']['rtol']:g}", highlight=False,
+                  soft_wrap=True)
+    console.print(f"on the device: {escape(result['check'])} (it needs {escape(result['install'])}; see README.md)",
+                  highlight=False, soft_wrap=True)
+    console.print(f"then here: vitexport verify --device-report device-report.json --package "
+                  f"{escape(result['package'])}", highlight=False, soft_wrap=True)
+    console.print(f"package: {escape(result['package'])}", highlight=False, soft_wrap=True)
+
+
+def _file_name(path: str) -> str:
+    from pathlib import Path
+
+    return Path(path).name
+
+
+def parity_baseline(console, comparison: dict[str, Any]) -> None:
+    """`verify --baseline`: each parity metric then and now, the worst value accepted, the verdict."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"parity vs baseline {escape(comparison['path'])}", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("metric", "baseline", "now", "limit", "ok"):
+        table.add_column(column, justify="left" if column == "metric" else "right", no_wrap=True)
+    for m in comparison["metrics"]:
+        table.add_row(m["metric"], fmt(m["baseline"], 6), fmt(m["now"], 6), fmt(m["limit"], 6),
+                      "[red]WORSE[/red]" if m["regressed"] else "[green]yes[/green]")
+    print_table(console, table)
+    for u in comparison["unmatched"]:
+        console.print(f"not compared: {u['metric']}: {u['reason']}", highlight=False)
+
+
+def source(console, result: dict[str, Any]) -> None:
+    """What vitexport chose or changed to load the model, and the image preprocessing it follows."""
+    for note in result.get("source_notes") or []:
+        console.print(f"[dim]model:[/dim] {escape(str(note))}", highlight=False, soft_wrap=True)
+    described = (result.get("preprocessing") or {}).get("description")
+    if described:
+        console.print(f"[dim]preprocessing:[/dim] {escape(str(described))}", highlight=False, soft_wrap=True)
+
+
+def parity_table(result: dict[str, Any]):
+    from rich import box
+    from rich.table import Table
+
+    parity = result["parity"]
+    outputs = sorted({c["output"] for c in parity["checks"]})
+    title = f"{result['backend']} vs PyTorch: {', '.join(outputs)} ({result['precision']}, {result['provider']})"
+    if result.get("device"):  # a device report: the device's outputs, not this machine's
+        from vitexport.deploy.judge import device_name
+
+        title = f"{result['backend']} on {device_name(result['device'])} vs PyTorch: {', '.join(outputs)} " \
+                f"({result['precision']})"
+    title = escape(title)
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
+    several = len(outputs) > 1
+    columns = ["input"] + (["output"] if several else []) + [
+        "max |Δ|", "mean |Δ|", "p99 rel", "cosine", "top-1", "top-5", "ok"]
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("input", "output") else "right", no_wrap=True)
+    nan = float("nan")
+    for c in parity["checks"]:
+        table.add_row(c.get("feed", str(c["batch"])), *([c["output"]] if several else []),
+                      fmt(c.get("max_abs_error", nan), 2), fmt(c.get("mean_abs_error", nan), 2),
+                      fmt(c.get("p99_relative_error", nan), 2), f"{c.get('cosine_similarity', nan):.7f}",
+                      fmt(c.get("top1_agreement", nan)), fmt(c.get("top5_agreement", nan)),
+                      "[green]yes[/green]" if c["passed"] else "[red]NO[/red]")
+    return table
+
+
+def unverified(console, result: dict[str, Any]) -> None:
+    """An artifact built here that only runs elsewhere: what was checked, and what still needs the target."""
+    info = result.get("info") or {}
+    built = f"[green]built[/green] {result['backend']} artifact"
+    if info.get("flavour"):
+        built += f" with {info['flavour']} {info.get('tensorrt_version', '')}"
+    if info.get("build_s") is not None:
+        built += f" for {info.get('target', '?')} in {info['build_s']:.1f} s"
+    console.print(built, highlight=False)
+    export_facts(console, info)
+    if info.get("onnx_source"):
+        matched = "match it" if info.get("io_matches_onnx") else "were not compared"
+        console.print(f"checked here: {info['onnx_source']}; the engine's inputs/outputs "
+                      f"{[t['name'] for t in info.get('io', [])]} {matched}", highlight=False)
+    lint_findings(console, result["parity"].get("lint", []))
+    console.print(f"[yellow]not checked here:[/yellow] {escape(result['parity']['skipped'])}; run "
+                  f"`vitexport verify {result['artifact']}` on the target to compare it with PyTorch",
+                  highlight=False, soft_wrap=True)
+    if info.get("bundle"):
+        console.print(f"Jetson package: {info['bundle']['folder']} (copy it to the Jetson and run check.py there)",
+                      highlight=False, soft_wrap=True)
+
+
+def export_facts(console, info: dict[str, Any]) -> None:
+    """What a backend's export did to the graph, where it says: ops written in other forms
+    (`info["decompositions"]`) and what its delegate took (`info["delegation"]`)."""
+    forms = info.get("decompositions") or {}
+    if forms:
+        listed = "; ".join(f"{op} x{f['count']} as {f['as']}" for op, f in forms.items())
+        console.print(f"op forms (same values; the model is unchanged): {escape(listed)}", highlight=False,
+                      soft_wrap=True)
+    d = info.get("delegation")
+    if not d:
+        return
+    total = d["delegated_nodes"] + d["non_delegated_nodes"]
+    if d["subgraphs"]:
+        line = (f"delegation: {d['delegate']} takes {d['delegated_nodes']} of {total} ops in {d['subgraphs']} "
+                f"subgraph{'s' if d['subgraphs'] != 1 else ''}")
+    else:
+        line = f"delegation: none; all {total} ops run in the runtime's own kernels"
+    console.print(line, highlight=False)
+    delegated = {op: r["delegated"] for op, r in d.get("ops", {}).items() if r["delegated"]}
+    if delegated and d["subgraphs"]:
+        console.print("  delegated: " + ", ".join(f"{op} {n}" for op, n in delegated.items()), highlight=False,
+                      soft_wrap=True)
+    if d.get("not_delegated") and d["subgraphs"]:
+        console.print("  [yellow]not delegated[/yellow]: " + ", ".join(f"{op} {n}" for op, n in
+                                                                    d["not_delegated"].items()),
+                      highlight=False, soft_wrap=True)
+
+
+def lint_findings(console, findings: list[dict]) -> None:
+    for f in findings:
+        colour = {"error": "red", "warning": "yellow"}.get(f["severity"], "dim")
+        console.print(f"[{colour}]lint {f['severity']}[/{colour}] {f['rule']} at {escape(f['node'])}: "
+                      f"{escape(f['message'])}", highlight=False)
+
+
+def checks(console, parity: dict[str, Any]) -> None:
+    """The verdict and what lies beyond the table: images, determinism, lint, divergence."""
+    images = parity.get("images")
+    if images:
+        line = f"images: {images['count']} from {images['directory']}, top-1 agreement {images['top1_agreement']:.4f}"
+        if images.get("decisive") is not None:
+            decisive = images.get("decisive_top1_agreement")
+            line += (f" ({decisive:.4f} on the {images['decisive']} PyTorch is decisive about)" if decisive is not None
+                     else " (PyTorch is decisive about none of them: no top-1 gate)")
+        if "accuracy" in images:
+            acc = images["accuracy"]
+            line += f"; accuracy PyTorch {acc['reference']:.4f} vs artifact {acc['candidate']:.4f}"
+        console.print(line, highlight=False)
+    if parity.get("deterministic") is False:
+        console.print("[red]not deterministic:[/red] the same input gave different outputs twice")
+    lint_findings(console, parity.get("lint", []))
+    divergence = parity.get("divergence")
+    if divergence:
+        where = divergence.get("first_divergent_block")
+        console.print(f"[red]first divergent block:[/red] {where}" if where else f"divergence: {divergence['reason']}",
+                      highlight=False)
+    verdict = "[green]PASSED[/green]" if parity["passed"] else "[red]FAILED[/red]"
+    gate = [f"top-1 on decisive images >= {parity['min_top1_agreement']:g}"] if parity.get("min_top1_agreement") else []
+    if parity.get("max_accuracy_drop") is not None:
+        gate.append(f"accuracy drop <= {parity['max_accuracy_drop']:g} pt")
+    console.print(f"parity {verdict} (atol {parity['atol']:g}, rtol {parity['rtol']:g}, "
+                  f"min cosine {parity['min_cosine']}" + "".join(f", {g}" for g in gate) + ")")
+
+
+def derived(console, info: dict[str, Any]) -> None:
+    """What an optimised or reduced-precision export did: the optimiser's measured gain, what int8
+    kept in float, and each try of the accuracy search with its verdict and speed."""
+    optimize = info.get("optimize")
+    if optimize and optimize.get("gain"):
+        console.print(f"optimize ({optimize['asked']}): {optimize['gain']}", highlight=False)
+    int8 = info.get("int8")
+    if int8:
+        kept = ", ".join(f"{name} ({why})" for name, why in int8["kept_float"].items()) or "nothing"
+        console.print(f"int8 {int8['mode']}: {int8['quantized_nodes']} nodes quantised, weights {int8['weights']}, "
+                      f"activations {int8['activations']}; kept in float: {escape(kept)}", highlight=False)
+    for i, step in enumerate(info.get("accuracy_search") or []):
+        kept = ", ".join(step["kept_float"]) or "defaults"
+        verdict = "[green]passed[/green]" if step["passed"] else "[red]failed[/red]"
+        console.print(f"accuracy search {i + 1}: float {escape(kept)}: {verdict}, cosine "
+                      f"{fmt(step['cosine_similarity'], 5)}, {fmt(step['p50_ms_batch1'], 3)} ms at batch 1",
+                      highlight=False)
+
+
+def bench_report(result: dict[str, Any]) -> None:
+    """The bench table, then what explains it: the machine's conditions during the run, the
+    rooflines with the theoretical peak, the sweep's knee, the verdict against the baseline."""
+    from vitexport.report import tables as report
+    from vitexport.bench.conditions import describe
+
+    console = wide_console()
+    title = f"vitexport bench: {result['model']} ({result['settings']['threads']} threads)"
+    print_table(console, report.rich_table(result, title))
+    if result.get("conditions"):
+        console.print(f"conditions: {escape(describe(result['conditions']))}", highlight=False, soft_wrap=True)
+    for line in report.roofline_lines(result):
+        console.print(f"roofline: {escape(line)}", highlight=False, soft_wrap=True)
+    for line in report.sweep_lines(result):
+        console.print(f"[bold]throughput sweep:[/bold] {escape(line)}", highlight=False, soft_wrap=True)
+    jetson = report.jetson_line(result.get("fingerprint") or {})
+    if jetson:
+        console.print(jetson, highlight=False)
+    if result.get("baseline"):
+        colour = {"slower": "red", "inconclusive": "yellow"}
+        for line in report.baseline_lines(result["baseline"]):
+            tint = colour.get(line.split(":", 1)[0])
+            console.print(f"[{tint}]{escape(line)}[/{tint}]" if tint else escape(line), highlight=False,
+                          soft_wrap=True)
+    for warning in result.get("warnings", []):
+        stderr_console().print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
+    console.print("reports: " + ", ".join(result["files"].values()), highlight=False, soft_wrap=True)
+
+
+def compare_report(merged: dict[str, Any]) -> None:
+    from vitexport.report import tables as report
+
+    from vitexport.bench.conditions import describe
+
+    console = wide_console()
+    print_table(console, report.rich_table(merged, "vitexport compare"))
+    for src in merged.get("sources") or []:  # what each machine was like while its report was measured
+        if src.get("conditions"):
+            console.print(f"conditions on {escape(src['label'])}: {escape(describe(src['conditions']))}",
+                          highlight=False, soft_wrap=True)
+    for b, names in merged["ranking"].items():
+        console.print(f"batch {b}, fastest first: " + escape(" < ".join(names)), highlight=False)
+    console.print("reports: " + ", ".join(merged["files"].values()), highlight=False, soft_wrap=True)
+
+
+def presets(rows: list[dict]) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="vitexport presets", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in ("name", "input", "patch", "width", "depth", "heads", "mlp", "params (M)", "GFLOPs"):
+        table.add_column(column, justify="right" if column != "name" else "left", no_wrap=True)
+    for r in rows:
+        table.add_row(r["name"], "x".join(map(str, r["image_size"])), str(r["patch_size"]), str(r["embed_dim"]),
+                      str(r["depth"]), str(r["num_heads"]), str(r["mlp_dim"]), f"{r['params_m']:.1f}",
+                      f"{r['gflops']:.1f}")
+    print_table(Console(), table)
+
+
+def agreement(images: dict) -> str:
+    if not images:
+        return ""
+    if images.get("decisive_top1_agreement") is not None:
+        return f"{images['decisive_top1_agreement']:.3f}"
+    return f"{images['top1_agreement']:.3f}*"
+
+
+def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
+    """`vitexport optimize`: one row per candidate, fastest that passed marked."""
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"vitexport optimize (target {result['target']})", box=box.SIMPLE_HEAD)
+    for column in ("candidate", "runtime", "p50 ms", "speed-up", "cosine", "top-1", "accuracy", "file MB", "verdict"):
+        table.add_column(column, justify="left" if column in ("candidate", "runtime", "verdict") else "right",
+                         no_wrap=True)
+    for row in result["candidates"]:
+        parity = row.get("parity") or {}
+        images = parity.get("images") or {}
+        accuracy = images.get("accuracy", {}).get("candidate")
+        verdict = ("[bold green]chosen[/bold green]" if row["candidate"] == result["chosen"] else
+                   "[green]passed[/green]" if row["passed"] else
+                   f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
+        table.add_row(row["candidate"], row.get("runtime", ""), fmt(row.get("p50_ms")), f"{row['speedup']:.2f}x" if row.get("speedup") else "",
+                      f"{parity.get('cosine_similarity', float('nan')):.6f}",
+                      agreement(images),
+                      f"{100 * accuracy:.2f}%" if accuracy is not None else "",
+                      f"{row['bytes'] / 1e6:.1f}" if row.get("bytes") else "", verdict)
+    console = wide_console()
+    print_table(console, table)
+    console.print("top-1: agreement with PyTorch on the --images it is decisive about (* on all of them, where "
+                  "it is decisive about none)", highlight=False)
+    for runtime, why in (result.get("runtimes") or {}).items():
+        if why:
+            console.print(f"{runtime} offered nothing: it cannot run here: {escape(why)}", highlight=False)
+    if result.get("artifact"):
+        console.print(f"published {result['chosen']}: {result['artifact']}", highlight=False, soft_wrap=True)
+
+
+def doctor_report(d: dict[str, Any]) -> None:
+    """`vitexport doctor`: the machine, one row per backend with its verdicts, then what to know."""
+    from rich import box
+    from rich.table import Table
+
+    console = wide_console()
+    machine = Table.grid(padding=(0, 2))
+    machine.add_column(style="bold", no_wrap=True)
+    machine.add_column(overflow="fold")
+    for name, text in machine_lines(d):
+        machine.add_row(name, escape(text))
+    console.print(machine)
+    table = Table(title="backends here", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("backend", "export here", "run here", "bench here"):
+        table.add_column(column, overflow="fold", no_wrap=column == "backend")
+    notes = []
+    for b in d["backends"]:
+        bench = ", ".join(("[green]" if t["ok"] else "[red]no [/red][dim]") + escape(t["target"])
+                          + ("[/green]" if t["ok"] else "[/dim]") for t in b["bench"])
+        table.add_row(b["name"], verdict(b["export"], "n/a (the reference; writes no artifact)"), verdict(b["run"]),
+                      bench)
+        notes += [f"{b['name']}: {note}" for note in b["notes"]]
+        notes += [f"{b['name']}: bench {t['target']} cannot run: {t['reason']}" for t in b["bench"]
+                  if not t["ok"] and t["reason"] != b["run"]["reason"]]
+    print_table(console, table)
+    for note in notes:
+        console.print(f"- {escape(note)}", highlight=False, soft_wrap=True)
+
+
+def machine_lines(d: dict[str, Any]) -> list[tuple[str, str]]:
+    cpu, mem, gpu, jetson = d["cpu"], d["memory"], d["gpu"], d["jetson"]
+    cores = f"{cpu['physical_cores'] or '?'} physical, {cpu['logical_cores']} logical, {cpu['usable_cores']} usable"
+    gb = lambda n: f"{n / 1e9:.1f} GB" if n else "?"  # noqa: E731
+    os_ = d["os"]
+    lines = [("python", f"{d['python']['version']} ({d['python']['implementation']})"),
+             ("os", f"{os_['system']} {os_['macos'] or os_['release']} {os_['machine']}"
+                    + (f" ({os_['libc']})" if os_["libc"] else "")),
+             ("cpu", f"{cpu['model']}: {cores} cores; {', '.join(cpu['isa']) or 'no vector extensions listed'}"),
+             ("memory", f"{gb(mem['total_bytes'])} total, {gb(mem['available_bytes'])} available"),
+             ("gpu", (", ".join(gpu["names"]) + f" (driver {gpu['driver'] or '?'})") if gpu["names"] else "none")]
+    if jetson:
+        lines.append(("jetson", f"L4T {jetson['l4t']} (JetPack {jetson['jetpack'] or '?'}), power mode "
+                                f"{jetson['power_mode'] or 'unknown'}, clocks {jetson['clocks'] or 'unknown'}"))
+    lines.append(("libraries", ", ".join(f"{k} {v}" for k, v in d["libraries"].items())))
+    return lines
+
+
+def verdict(availability: dict | None, missing: str = "") -> str:
+    if availability is None:
+        return f"[dim]{escape(missing)}[/dim]"
+    word = "[green]yes[/green]" if availability["ok"] else "[red]no[/red]"
+    return word + (f": {escape(availability['reason'])}" if availability["reason"] else "")

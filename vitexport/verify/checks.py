@@ -1,0 +1,121 @@
+"""The checks every artifact goes through, each returning a typed result the parity report holds:
+elementwise parity over a batch sweep, determinism, real images, the backend's lint, and, on a
+failure, where the divergence starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vitexport.backends.base import RunOptions
+from vitexport.verify.parity import DECISIVE_MARGIN, Finding, ImageCheck, ParityReport, Tolerance, compare
+from vitexport.core.progress import ProgressLike, as_progress
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from vitexport.backends.base import Backend
+    from vitexport.export.sidecar import ArtifactRecord
+    from vitexport.models.sources import LoadedModel
+
+
+def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "ArtifactRecord", tol: Tolerance,
+               seed: int, *, run: RunOptions = RunOptions(), images=None, max_batch: int = 8,
+               progress: ProgressLike = None) -> tuple[ParityReport, str]:
+    """Run PyTorch and the artifact on the same inputs; return the parity report and the provider."""
+    from vitexport.backends.eager import EagerRunner
+    from vitexport.verify.feeds import check_feeds
+
+    progress = as_progress(progress)
+    in_name, out_name = record.input_names[0], record.output_names[0]  # images are judged on the first output
+    batches = be.check_batches(record, max_batch)
+    # A fixed-batch artifact takes its images in its own batch; a dynamic one in the largest checked.
+    feeds, labels = check_feeds(loaded, batches, seed, images, image_batch=max(batches))
+    runs, image_outputs = [], {"reference": [], "candidate": []}
+    progress.step("checking against PyTorch", total=len(feeds) + 1)  # + the determinism run
+    with EagerRunner(loaded.model, in_name, record.output_names) as reference, be.load(path, record, run) as runner:
+        for i, feed in enumerate(feeds):
+            progress.note(f"{feed.name} ({i + 1}/{len(feeds)})")
+            ref, cand = reference.run({in_name: feed.x}), runner.run({in_name: feed.x})
+            runs.append((len(feed.x), feed.name, _rows(ref, feed.real), _rows(cand, feed.real)))
+            if feed.from_images:
+                image_outputs["reference"].append(ref[out_name][:feed.real])
+                image_outputs["candidate"].append(cand.get(out_name, ref[out_name])[:feed.real])
+            progress.advance()
+        progress.note("determinism")
+        deterministic = determinism(runner, in_name, feeds[0].x, runs[0][3])
+        provider = runner.provider
+        progress.advance()
+    report = compare(runs, tol, record.precision)
+    report.deterministic = deterministic
+    if not deterministic:
+        report.fail("the artifact gave different outputs for the same input twice "
+                    "(dropout or another random op left active?)")
+    if images is not None:
+        report.images = image_check(images, image_outputs, labels)
+        apply_gate(report, tol)
+    apply_lint(report, be.lint(path, record))
+    if not report.passed:
+        progress.step("locating where the outputs diverge")
+        report.divergence = be.localize(loaded, path, record, feeds[0].x, tol)
+    return report, provider
+
+
+def determinism(runner, in_name: str, x: "np.ndarray", first: dict[str, "np.ndarray"]) -> bool:
+    """The same input a second time gives bit-identical outputs. NaN in the same places counts as the
+    same: an artifact that computes NaN is reported as non-finite by the comparison, not as random."""
+    import numpy as np
+
+    again = runner.run({in_name: x})
+    return all(np.array_equal(again[k], first[k], equal_nan=np.issubdtype(first[k].dtype, np.inexact))
+               for k in again if k in first)
+
+
+def image_check(images, outputs: dict[str, list], labels: list[int] | None) -> ImageCheck:
+    import numpy as np
+
+    ref = np.concatenate(outputs["reference"]).astype(np.float64)
+    cand = np.concatenate(outputs["candidate"]).astype(np.float64)
+    ref, cand = ref.reshape(len(ref), -1), cand.reshape(len(cand), -1)
+    top_ref, top_cand = ref.argmax(1), cand.argmax(1)
+    agree = top_ref == top_cand
+    check = ImageCheck(str(images), int(len(ref)), float(np.mean(agree)))
+    if ref.shape[1] > 1:
+        probs = np.exp(ref - ref.max(1, keepdims=True))
+        probs /= probs.sum(1, keepdims=True)
+        top2 = np.sort(probs, axis=1)[:, -2:]
+        decisive = top2[:, 1] - top2[:, 0] >= DECISIVE_MARGIN
+        check.decisive = int(decisive.sum())
+        check.decisive_top1_agreement = float(np.mean(agree[decisive])) if decisive.any() else None
+    if labels is not None:
+        truth = np.asarray(labels)
+        check.accuracy = {"reference": float(np.mean(top_ref == truth)), "candidate": float(np.mean(top_cand == truth))}
+    return check
+
+
+def apply_gate(report: ParityReport, tol: Tolerance) -> None:
+    """The accuracy gate of reduced precisions: PyTorch's decisions kept on the decisive images, and
+    its accuracy kept within the allowed drop where the images carry labels."""
+    images = report.images
+    if tol.min_top1_agreement is not None and images.decisive_top1_agreement is not None \
+            and images.decisive_top1_agreement < tol.min_top1_agreement:
+        report.fail(f"accuracy gate: top-1 agreement {images.decisive_top1_agreement:.4f} on {images.decisive} "
+                    f"decisive images < {tol.min_top1_agreement:g}")
+    drop = images.accuracy_drop
+    if tol.max_accuracy_drop is not None and drop is not None and drop > tol.max_accuracy_drop:
+        report.fail(f"accuracy gate: accuracy {100 * images.accuracy['candidate']:.2f}% is {drop:.2f} points below "
+                    f"PyTorch's {100 * images.accuracy['reference']:.2f}% (allowed {tol.max_accuracy_drop:g})")
+
+
+def apply_lint(report: ParityReport, findings: list[Finding]) -> None:
+    """Attach the lint; an error finding fails the check like a numeric mismatch."""
+    report.lint = findings
+    for f in findings:
+        if f.severity == "error":
+            report.fail(f"lint {f.rule} at {f.node}: {f.message}")
+
+
+def _rows(outputs: dict[str, "np.ndarray"], real: int) -> dict[str, "np.ndarray"]:
+    """Drop the padding rows a static batch needed."""
+    return {k: v[:real] for k, v in outputs.items()}
+

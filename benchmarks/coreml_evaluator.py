@@ -15,7 +15,7 @@ import numpy as np
 
 from vitexport import api
 from vitexport.backends.coreml.options import CoreMLOptions
-from vitexport.backends.coreml.mil_eval import load_program
+from vitexport.backends.coreml_common.mil_eval import load_program
 from vitexport.bench.fingerprint import fingerprint
 from vitexport.verify.feeds import random_pixels
 from vitexport.models.sources import SourceSpec

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from vitexport import api
-from vitexport.backends.eager import EagerRunner
+from vitexport.verify.reference import EagerRunner
 from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.bench.fingerprint import fingerprint
 from vitexport.models.sources import SourceSpec, load
@@ -62,7 +62,7 @@ def digits(out: Path) -> dict:
     fp32 = api.export("onnx", spec, OnnxOptions(dynamic_batch=True), folder, images=holdout)
     ours = api.export("onnx", spec, OnnxOptions(dynamic_batch=True, precision="int8"), folder, images=holdout)
     plain = folder / "digits-ort-default-int8.onnx"
-    from vitexport.backends.onnx.quantize import quiet_quantizer
+    from vitexport.backends.onnx_common.quantize import quiet_quantizer
 
     with quiet_quantizer():
         quantize_dynamic(fp32["artifact"], str(plain))  # ONNX Runtime's defaults, no pre-processing
@@ -117,7 +117,7 @@ def ablation(out: Path) -> dict:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from vitexport.backends.onnx.quantize import ImageReader, head_nodes, quiet_quantizer
+    from vitexport.backends.onnx_common.quantize import ImageReader, head_nodes, quiet_quantizer
     from vitexport.verify.feeds import load_images, random_pixels
 
     folder = out / "ablation"

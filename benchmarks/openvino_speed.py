@@ -127,7 +127,7 @@ def convert_paths(preset: str, out: Path, rounds: int) -> dict:
     """Section 3: IR converted from the PyTorch module vs from the verified ONNX, fp32 pinned."""
     import openvino
 
-    from vitexport.backends.eager import EagerRunner
+    from vitexport.verify.reference import EagerRunner
     from vitexport.backends.openvino.devices import compile_config, core
     from vitexport.verify.feeds import random_pixels
 
@@ -155,7 +155,7 @@ def int8_choices(spec: SourceSpec, images: Path, rounds: int) -> dict:
     """Section 4: each of vitexport's int8 choices against its alternative, from the same fp32 IR."""
     import nncf
 
-    from vitexport.backends.eager import EagerRunner
+    from vitexport.verify.reference import EagerRunner
     from vitexport.backends.openvino import quantize as q
     from vitexport.backends.openvino.convert import convert
     from vitexport.backends.openvino.devices import compile_config, core

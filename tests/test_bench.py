@@ -11,8 +11,8 @@ import pytest
 
 from vitexport.bench import measure as bench
 from vitexport.backends.base import RunOptions
-from vitexport.bench.measure import (UNSTABLE_CV, LatencyStats, WallTimer, first_inference_ms, measure, peak_gpu_mb,
-                             peak_rss_mb, percentile, time_load)
+from vitexport.bench.measure import first_inference_ms, peak_gpu_mb, peak_rss_mb, time_load
+from vitexport.core.timing import UNSTABLE_CV, LatencyStats, WallTimer, measure, percentile
 from vitexport.core.errors import UsageError
 
 

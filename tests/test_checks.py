@@ -12,8 +12,8 @@ from vitexport import api
 from vitexport.export import sidecar
 from vitexport.backends.base import ExportOptions
 from vitexport.core.errors import ExportError, ParityError
-from vitexport.backends.onnx.lint import lint_onnx
-from vitexport.backends.onnx.localize import node_scope
+from vitexport.backends.onnx_common.lint import lint_onnx
+from vitexport.backends.onnx_common.localize import node_scope
 from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.models.sources import SourceSpec
 

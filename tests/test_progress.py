@@ -134,7 +134,7 @@ def test_bench_rounds_are_one_counted_step(monkeypatch, tmp_path):
 def test_qdq_calibration_reports_each_input(tmp_path):
     import numpy as np
 
-    from vitexport.backends.onnx.quantize import to_qdq_int8
+    from vitexport.backends.onnx_common.quantize import to_qdq_int8
 
     result = api.export("onnx", SourceSpec("tiny", overrides={"depth": 1}), out_dir=tmp_path, verify=False)
     recorder = Recorder()

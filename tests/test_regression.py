@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from fake_workers import Fake, Machine, install
 from vitexport.bench import run as benchrun
 from vitexport.bench import regression
+from vitexport.verify import baseline as parity_gate
 from vitexport.cli.app import app
 from vitexport.core.errors import UsageError
 
@@ -451,7 +452,7 @@ def test_verify_worse_than_a_forged_better_baseline_exits_5(onnx_export, tmp_pat
     exported, out = onnx_export
     actual = exported["parity"]["max_abs_error"]
     noise = regression.NOISE_SHARE * exported["parity"]["atol"]
-    assert actual > 2 * regression.ERROR_GROWTH * noise, "the artifact is too exact to forge a better baseline"
+    assert actual > 2 * parity_gate.ERROR_GROWTH * noise, "the artifact is too exact to forge a better baseline"
     forged = copy.deepcopy(exported)
     forged["parity"]["max_abs_error"] = actual / 100
     forged["parity"]["top1_agreement"] = 1.0
@@ -479,7 +480,7 @@ def test_parity_margins():
     base = {"backend": "onnx", "precision": "fp32", "parity": {"max_abs_error": 1e-6, "top1_agreement": 1.0}}
     now = {"backend": "onnx", "precision": "fp32",
            "parity": {"max_abs_error": 1e-6, "top1_agreement": 0.9, "images": {"top1_agreement": 1.0}, **parity}}
-    comparison = regression.compare_parity(now, base, "old.json")
+    comparison = parity_gate.compare_parity(now, base, "old.json")
     assert [m["metric"] for m in comparison["regressions"]] == ["top1_agreement"]
     assert comparison["unmatched"] == [{"metric": "images.top1_agreement", "reason": "not in the baseline"}]
 
@@ -503,4 +504,4 @@ def test_verify_baseline_of_another_kind_exits_2_before_work(onnx_export, tmp_pa
 def test_load_parity_baseline_refuses_what_is_not_one(tmp_path):
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(UsageError, match="is not a vitexport verify or export"):
-        regression.load_parity_baseline(tmp_path / "list.json")
+        parity_gate.load_parity_baseline(tmp_path / "list.json")

@@ -3,7 +3,7 @@
 `import vitexport` stays light: the API functions import torch only when called.
 """
 
-__version__ = "0.1.0"
+from vitexport.core import __version__
 
 __all__ = ["__version__", "export", "verify"]
 

@@ -115,7 +115,7 @@ def test_an_op_the_evaluator_lacks_is_exit_2_naming_it(out_dir, monkeypatch):
 
     from typer.testing import CliRunner
 
-    from vitexport.backends.coreml import mil_eval
+    from vitexport.backends.coreml_common import mil_eval
     from vitexport.cli.app import app
 
     if platform.system() == "Darwin":

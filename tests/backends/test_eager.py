@@ -5,7 +5,7 @@ import pytest
 
 from vitexport import backends
 from vitexport.backends.base import RunOptions
-from vitexport.backends.eager import EagerRunner
+from vitexport.verify.reference import EagerRunner
 from vitexport.core.errors import UsageError
 from vitexport.models.sources import SourceSpec, load
 

@@ -143,14 +143,14 @@ def test_failed_export_leaves_nothing_behind(backend, out_dir, monkeypatch):
 
 @pytest.mark.parametrize("backend", DIRECT)
 def test_parity_failure_is_recorded_in_the_sidecar(backend, out_dir, monkeypatch):
-    from vitexport.backends import eager
+    from vitexport.verify import reference
 
-    real_run = eager.EagerRunner.run
+    real_run = reference.EagerRunner.run
 
     def shifted(self, feed):  # a reference that disagrees with the artifact by 0.01
         return {k: v + 0.01 for k, v in real_run(self, feed).items()}
 
-    monkeypatch.setattr(eager.EagerRunner, "run", shifted)
+    monkeypatch.setattr(reference.EagerRunner, "run", shifted)
     with pytest.raises(ParityError) as info:
         api.export(backend, SourceSpec("tiny", overrides={"depth": 1}), fp32_options(backend), out_dir)
     record = sidecar.read(info.value.result["artifact"])

@@ -91,7 +91,7 @@ def test_coreml_image_input_takes_the_processors_8_bit_pixels(hf_dir, out_dir):
     import transformers
     from PIL import Image
 
-    from vitexport.backends.coreml.mil_eval import load_program
+    from vitexport.backends.coreml_common.mil_eval import load_program
     from vitexport.models.sources import load
 
     folder = hf_dir("Dinov2ForImageClassification")

@@ -95,7 +95,7 @@ def test_an_engine_whose_onnx_changed_is_refused(engine, tmp_path):
 
 def test_an_int8_package_quantises_from_the_calibration_images(engine, tmp_path):
     """A weakly typed int8 build (TensorRT 8.6/10) leaves no QDQ ONNX: the package makes one."""
-    from vitexport.backends.onnx.quantize import is_qdq
+    from vitexport.backends.onnx_common.quantize import is_qdq
     from vitexport.deploy import TARGETS
 
     path, _ = engine

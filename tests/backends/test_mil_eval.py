@@ -16,8 +16,8 @@ import torch.nn.functional as F  # noqa: E402
 from coremltools.converters.mil import Builder as mb  # noqa: E402
 from coremltools.converters.mil.mil import types  # noqa: E402
 
-from vitexport.backends.coreml import mil_eval  # noqa: E402
-from vitexport.backends.coreml.mil_eval import UnsupportedOpError, load_program  # noqa: E402
+from vitexport.backends.coreml_common import mil_eval  # noqa: E402
+from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError, load_program  # noqa: E402
 
 rng = np.random.default_rng(0)
 iOS16, iOS17, iOS18 = ct.target.iOS16, ct.target.iOS17, ct.target.iOS18

@@ -495,7 +495,7 @@ def test_fp16_onnx_keeps_layernorm_and_softmax_in_fp32(small_vit, tmp_path):
     from onnx import TensorProto
     from onnx.reference import ReferenceEvaluator
 
-    from vitexport.backends.onnx.fp16 import convert_file
+    from vitexport.backends.onnx_common.fp16 import convert_file
 
     out = tmp_path / "vit.fp16.onnx"
     summary = convert_file(small_vit.path, out, TensorRTOptions(precision="fp16").keeps_fp32)
@@ -519,7 +519,7 @@ def test_fp16_conversion_handles_constants_and_kept_outputs(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
-    from vitexport.backends.onnx.fp16 import convert
+    from vitexport.backends.onnx_common.fp16 import convert
 
     w = numpy_helper.from_array(np.full((4, 4), 0.5, np.float32), "w")
     nodes = [
@@ -552,7 +552,7 @@ def test_fp16_conversion_keeps_weights_shared_through_identity_consistent():
     from onnx import TensorProto, helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
-    from vitexport.backends.onnx.fp16 import convert
+    from vitexport.backends.onnx_common.fp16 import convert
 
     ones = numpy_helper.from_array(np.ones(4, np.float32), "ones")
     nodes = [
@@ -575,7 +575,7 @@ def test_fp16_conversion_keeps_weights_shared_through_identity_consistent():
 
 
 def test_qdq_detection(small_vit, tmp_path):
-    from vitexport.backends.onnx.quantize import is_qdq, to_qdq_int8
+    from vitexport.backends.onnx_common.quantize import is_qdq, to_qdq_int8
 
     assert not is_qdq(small_vit.path)
     out = tmp_path / "q.onnx"

@@ -175,7 +175,8 @@ def test_preprocessing_follows_a_hugging_face_processor_and_its_labels():
 
     from vitexport.deploy import describe
     from vitexport.deploy.build import labels_of
-    from vitexport.export.sidecar import ArtifactRecord, SourceRecord
+    from vitexport.export.sidecar import ArtifactRecord
+    from vitexport.models.records import SourceRecord
 
     steps = {"class": "ViTImageProcessor", "resize": {"height": 32, "width": 32}, "resample": "bilinear",
              "center_crop": None, "rescale_factor": 1 / 255, "image_mean": [0.5] * 3, "image_std": [0.5] * 3}

@@ -18,7 +18,8 @@ from vitexport.backends.base import DeviceCheck
 from vitexport.deploy import TARGETS, manifest
 from vitexport.deploy.package import package
 from vitexport.core.errors import UsageError
-from vitexport.export.sidecar import ArtifactRecord, SourceRecord
+from vitexport.export.sidecar import ArtifactRecord
+from vitexport.models.records import SourceRecord
 
 # Where each backend's artifacts can be packaged (a backend added later is checked for the contract only).
 SUPPORTED = {

@@ -1,6 +1,12 @@
 """Backend registry: name -> package. Adding a backend is one line here (see backends/base.py for
 what its package provides). Packages are imported on first use and their `__init__` stays light,
-so the CLI can list every backend without importing torch."""
+so the CLI can list every backend without importing torch.
+
+The registry, the spec (base.py) and the code several backends share (onnx_common/, coreml_common/,
+int8_search.py) may import core, models and verify. The plug-ins (one package each, loaded by name
+from here) may import every stage below the API and the CLI, but never another plug-in: what one
+needs of another goes through `get(name)` (an upstream's options, its files) or lives in the shared
+code."""
 
 from __future__ import annotations
 
@@ -46,3 +52,21 @@ def exporters() -> list["Backend"]:
 def bench_targets() -> dict[str, "BenchTarget"]:
     """Every backend's bench targets by name ("torch", "onnxruntime-cuda", ...)."""
     return {t.name: t for be in all_backends() for t in be.bench_targets()}
+
+
+def tool_packages() -> tuple[str, ...]:
+    """The one list of distributions whose versions sidecars, fingerprints and doctor report: what
+    every result depends on, and what each registered backend adds."""
+    from vitexport.core.environment import BASE_PACKAGES
+
+    names = list(BASE_PACKAGES)
+    for be in all_backends():
+        names += [n for n in be.tool_packages if n not in names]
+    return tuple(names)
+
+
+def tool_versions() -> dict[str, str]:
+    """Installed versions of `tool_packages()`, sorted by name."""
+    from vitexport.core.environment import versions
+
+    return versions(tool_packages())

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from vitexport.bench.measure import THREAD_ENV
-from vitexport.core.environment import gpus, jetson_power, jetson_release, now, run_quietly, versions
+from vitexport.backends import tool_versions
+from vitexport.core.environment import gpus, jetson_power, jetson_release, now, run_quietly
 
 
 def _read(path: str) -> str | None:
@@ -122,7 +123,7 @@ def fingerprint(threads: int | None = None) -> dict:
         "os": f"{platform.system()} {platform.release()}",
         "machine": platform.machine(),
         "python": platform.python_version(),
-        "libraries": versions(),
+        "libraries": tool_versions(),
         "threads": threads,
         "thread_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ},
         "cpu_features": cpu_features(),

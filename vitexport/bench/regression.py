@@ -1,6 +1,6 @@
-"""Regression gates: is a new benchmark slower, or a new verification less accurate, than a
-baseline beyond the margin? The comparison goes into the result (JSON, tables); the caller raises
-RegressionError (exit 5) when `regressions` says so.
+"""The bench regression gates: is a new benchmark slower than a baseline beyond the margin? The
+comparison goes into the result (JSON, tables); the caller raises RegressionError (exit 5) when
+`regressions` says so. (The parity gate, "less accurate than a baseline", is vitexport.verify.baseline.)
 
 Two bench gates, both on per-round timings (vitexport.bench.rounds) and rank statistics (vitexport.bench.stats):
 - A/B (`--baseline ARTIFACT`): the baseline is measured in the same run, its rounds paired with the
@@ -45,11 +45,6 @@ STATE_TOLERANCE = 0.10
 # ways the reference kernel did not catch: a quiet machine keeps them within a few percent.
 QUIET_SPREAD = 0.10
 
-# Parity: an error more than ERROR_GROWTH times the baseline's is worse. Errors near zero (an
-# exact TorchScript trace gives 0) are raised to 0.1% of the tolerance first, so noise far below
-# anything the check would notice never counts as a regression.
-ERROR_GROWTH = 2.0
-NOISE_SHARE = 0.001
 
 
 def read_json(path: Path, what: str) -> dict:
@@ -388,78 +383,3 @@ def inconclusive_message(comparison: dict) -> str:
     head = "inconclusive: the machine was disturbed" if disturbed else "inconclusive"
     machine = f" ({comparison['machine']})" if comparison.get("machine") else ""
     return f"{head}{machine}: {rows}"
-
-
-# ----------------------------------------------------------------------------------------------- parity
-
-# (metric, better when higher): the parity summary's worst-case numbers, and the image check's.
-PARITY_METRICS = (("max_abs_error", False), ("mean_abs_error", False), ("cosine_similarity", True),
-                  ("top1_agreement", True), ("top5_agreement", True), ("images.top1_agreement", True),
-                  ("images.accuracy.candidate", True))
-
-
-def load_parity_baseline(path: Path) -> dict:
-    """A previous `verify --json` or export `--json` output with parity numbers."""
-    data = read_json(Path(path), "a vitexport verify or export --json output")
-    parity = data.get("parity")
-    if not isinstance(parity, dict) or "backend" not in data:
-        raise UsageError(f"--baseline {path} is not a vitexport verify or export --json output (no parity)")
-    if parity.get("skipped") or parity.get("max_abs_error") is None:
-        raise UsageError(f"--baseline {path} holds no parity numbers (the artifact was not checked there)")
-    return data
-
-
-def check_growth(factor: float) -> None:
-    from vitexport.core.options import check_number
-
-    check_number(factor, "--max-error-growth", minimum=1, maximum=1e6)
-
-
-def _metric(parity: dict, name: str) -> float | None:
-    value: Any = parity
-    for part in name.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def check_same_kind(baseline: dict, backend: str, precision: str, path: Path) -> None:
-    """Parity of another backend or precision is judged by other tolerances: not a baseline."""
-    if (baseline.get("backend"), baseline.get("precision")) != (backend, precision):
-        raise UsageError(f"--baseline {path} is a {baseline.get('backend')} {baseline.get('precision')} result; "
-                         f"this artifact is {backend} {precision}")
-
-
-def compare_parity(result: dict, baseline: dict, path: Path, factor: float = ERROR_GROWTH) -> dict:
-    """Each parity metric now against the baseline's: errors may grow up to `factor` (above the noise
-    floor), cosine distance likewise, agreements and accuracy may not drop."""
-    check_same_kind(baseline, result["backend"], result["precision"], path)
-    now, old = result["parity"], baseline["parity"]
-    metrics, unmatched = [], []
-    for name, higher_is_better in PARITY_METRICS:
-        a, b = _metric(old, name), _metric(now, name)
-        if a is None and b is None:
-            continue
-        if a is None or b is None:
-            unmatched.append({"metric": name, "reason": "not in the baseline" if a is None else "not measured now"})
-            continue
-        limit = _limit(name, a, now, factor)
-        worse = b < limit if higher_is_better else b > limit
-        metrics.append({"metric": name, "baseline": a, "now": b, "limit": limit, "regressed": bool(worse)})
-    return {"path": str(path), "max_error_growth": factor, "metrics": metrics, "unmatched": unmatched,
-            "regressions": [m for m in metrics if m["regressed"]]}
-
-
-def _limit(name: str, old: float, parity: dict, factor: float) -> float:
-    """The worst value still accepted for a metric whose baseline value is `old`."""
-    if name.endswith("_error"):
-        return factor * max(old, NOISE_SHARE * parity.get("atol", 0.0))
-    if name == "cosine_similarity":  # the distance from 1 may grow like an error
-        noise = NOISE_SHARE * (1.0 - parity.get("min_cosine", 1.0))
-        return 1.0 - factor * max(1.0 - old, noise)
-    return old  # agreement and accuracy: any drop on the same inputs is a different answer
-
-
-def parity_message(comparison: dict) -> str:
-    worse = "; ".join(f"{m['metric']} {m['now']:.6g} vs {m['baseline']:.6g} (limit {m['limit']:.6g})"
-                      for m in comparison["regressions"])
-    return f"less accurate than the baseline {comparison['path']}: {worse}"

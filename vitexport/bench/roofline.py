@@ -187,12 +187,12 @@ def _int8_model(n: int, weight) -> bytes:
     from onnx import save
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from vitexport.backends.onnx.quantize import quiet_quantizer
+    from vitexport.core.environment import quiet_loggers
 
     with tempfile.TemporaryDirectory() as tmp:
         fp32, int8 = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
         save(_matmul_model(n, weight), str(fp32))
-        with quiet_quantizer():
+        with quiet_loggers(""):  # the quantiser's advice to pre-process goes to the root logger
             quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
         return int8.read_bytes()
 
@@ -222,7 +222,7 @@ def _openvino(library: str, dtype: str, n: int, threads: int):
         if hint != "bf16":
             raise
         # A CPU whose instruction set is capped (ONEDNN_MAX_CPU_ISA) still lists BF16 but has no bf16 kernels.
-        from vitexport.backends.openvino.devices import first_line
+        from vitexport.core.errors import first_line
 
         raise BackendUnavailable(f"OpenVINO lists bf16 but cannot compile a bf16 product here: {first_line(e)}") \
             from None
@@ -238,7 +238,7 @@ def gemm_rate(library: str = "onnxruntime", dtype: str = "float32", n: int = GEM
               seconds: float = 1.0) -> dict:
     """The rate of one library's product measured here, in this process (for a quick look; bench
     measures each library in its own worker, inside its rounds)."""
-    from vitexport.bench.measure import measure
+    from vitexport.core.timing import measure
 
     run, flop, what = gemm_kernel(library, dtype, n, threads)
     samples = measure(run, batch_size=1, warmup_iters=1, warmup_s=0, budget_s=seconds, min_iters=3).samples_ms

@@ -284,7 +284,7 @@ class Session:
     @staticmethod
     def _fill_row(row: dict, cell: Cell, p: Planned, close: dict | None = None) -> None:
         """The row's numbers from its cell (again after more rounds; with `close`, its peak memory)."""
-        from vitexport.bench.measure import LatencyStats
+        from vitexport.core.timing import LatencyStats
         from vitexport.bench.stats import relative_spread
 
         if cell.failure or not cell.samples:
@@ -324,7 +324,7 @@ class Session:
 
 def throughput(cell: Cell) -> tuple[float, float]:
     """(images/s, p50 ms) from everything a cell measured."""
-    from vitexport.bench.measure import LatencyStats
+    from vitexport.core.timing import LatencyStats
 
     stats = LatencyStats(cell.samples, cell.batch)
     return stats.throughput_ips, stats.p50

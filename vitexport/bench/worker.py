@@ -109,7 +109,8 @@ class Worker:
                 "flop": getattr(self.kernel, "flop", None), "what": getattr(self.kernel, "what", None)}
 
     def op_prepare(self, r: dict) -> dict:
-        from vitexport.bench.measure import first_inference_ms, measure
+        from vitexport.bench.measure import first_inference_ms
+        from vitexport.core.timing import measure
 
         run = self.kernel.runner_for(r.get("batch", 1))
         first = first_inference_ms(run)
@@ -119,7 +120,8 @@ class Worker:
         return {"first_inference_ms": first, "warm_ms": warm.samples_ms[0]}
 
     def op_burst(self, r: dict) -> dict:
-        from vitexport.bench.measure import MAX_ITERS, current_rss_mb, measure
+        from vitexport.bench.measure import current_rss_mb
+        from vitexport.core.timing import MAX_ITERS, measure
 
         batch = r.get("batch", 1)
         run = self.kernel.runner_for(batch)

@@ -29,19 +29,9 @@ TEGRA_RELEASE = Path("/etc/nv_tegra_release")
 JETPACK_FOR_L4T = {36: "6", 35: "5", 34: "5", 32: "4"}
 
 
-def tool_packages() -> tuple[str, ...]:
-    """The one list of distributions whose versions sidecars, fingerprints and doctor report."""
-    from vitexport import backends
-
-    names = list(BASE_PACKAGES)
-    for be in backends.all_backends():
-        names += [n for n in be.tool_packages if n not in names]
-    return tuple(names)
-
-
-def versions(packages: tuple[str, ...] | None = None) -> dict[str, str]:
-    """Installed versions of `packages` (default: `tool_packages()`), sorted by name."""
-    wanted = packages if packages is not None else tool_packages()
+def versions(packages: tuple[str, ...]) -> dict[str, str]:
+    """Installed versions of `packages` (names; a trailing `*` matches a prefix), sorted by name."""
+    wanted = packages
     exact = {p for p in wanted if not p.endswith("*")}
     prefixes = tuple(p[:-1] for p in wanted if p.endswith("*"))
     found: dict[str, str] = {}

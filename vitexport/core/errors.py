@@ -78,3 +78,11 @@ class RegressionError(VitexportError):
     def __init__(self, message: str, result: dict | None = None):
         super().__init__(message)
         self.result = result or {}
+
+
+def first_line(error: Exception) -> str:
+    """The informative line of a runtime's error, at most 300 characters (OpenVINO's first lines only
+    say which of its source files threw)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith("Exception from ")]
+    return ((useful or lines or [type(error).__name__])[0])[:300]

@@ -35,7 +35,7 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
     """Write the package for the artifact at `path` (described by `record`, its model `loaded`) to
     `folder`; return what the CLI's --json prints. `check`: the backend's device check for the
     target, when the caller asked for it already."""
-    from vitexport.core.environment import versions
+    from vitexport.backends import tool_versions
     from vitexport.export.staging import prepare_out_dir, staging
 
     progress = as_progress(progress)
@@ -81,7 +81,7 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
                          "sidecar": sidecar.path_for(path).name if check.files is None else None},
             "runner": {"file": check.runner_name, "runtime": check.runtime, "settings": check.settings},
             "check": {"language": target.language, "programs": program, "run": RUN[target.language]},
-            "versions": {"vitexport": _version(), "packaged_with": versions(), "exported_with": record.tools},
+            "versions": {"vitexport": _version(), "packaged_with": tool_versions(), "exported_with": record.tools},
         })
         count = len(manifest.read(pkg)["files"])
         publish(pkg, folder, force)
@@ -187,6 +187,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _version() -> str:
-    from vitexport import __version__
+    from vitexport.core import __version__
 
     return __version__

@@ -74,7 +74,7 @@ def make_cases(be: "Backend", record: "ArtifactRecord", images=None) -> list[Cas
 def reference_outputs(loaded: "LoadedModel", record: "ArtifactRecord", cases: list[Case]) -> list[list[np.ndarray]]:
     """PyTorch's outputs for every row of every case, in the artifact's output order, computed in
     the case's own batches (the padding rows dropped)."""
-    from vitexport.backends.eager import EagerRunner
+    from vitexport.verify.reference import EagerRunner
     from vitexport.verify.feeds import chunks
 
     name = record.input_names[0]

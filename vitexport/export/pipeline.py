@@ -195,27 +195,27 @@ def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | Non
     that asked for unpickling needs `allow_pickle` again: a sidecar is data, not a permission.
 
     With a `baseline` (an earlier verify or export result), parity numbers worse than it beyond the
-    margin (`vitexport.bench.regression`) raise RegressionError carrying the result and the comparison."""
-    from vitexport.bench import regression
+    margin (`vitexport.verify.baseline`) raise RegressionError carrying the result and the comparison."""
+    from vitexport.verify import baseline as parity_gate
 
     check_tolerance(atol, rtol)
     gate = gate or Gate()
     gate.check()
     if max_batch is not None:
         check_number(max_batch, "--max-batch", minimum=1, maximum=4096)
-    growth = regression.ERROR_GROWTH if max_error_growth is None else max_error_growth
-    regression.check_growth(growth)
-    old = regression.load_parity_baseline(Path(baseline)) if baseline is not None else None
+    growth = parity_gate.ERROR_GROWTH if max_error_growth is None else max_error_growth
+    parity_gate.check_growth(growth)
+    old = parity_gate.load_parity_baseline(Path(baseline)) if baseline is not None else None
     if old is not None:
         record = sidecar.read(Path(artifact))  # a baseline of another kind is refused before any work
-        regression.check_same_kind(old, record.backend, record.precision, Path(baseline))
+        parity_gate.check_same_kind(old, record.backend, record.precision, Path(baseline))
     with using(progress) as reporter:
         result = verified(Path(artifact), atol=atol, rtol=rtol, run=run, images=images, max_batch=max_batch,
                           trust_code=trust_code, allow_pickle=allow_pickle, gate=gate, progress=reporter)
     if old is not None:
-        result["baseline"] = regression.compare_parity(result, old, Path(baseline), growth)
+        result["baseline"] = parity_gate.compare_parity(result, old, Path(baseline), growth)
         if result["baseline"]["regressions"]:
-            raise RegressionError(regression.parity_message(result["baseline"]), result)
+            raise RegressionError(parity_gate.parity_message(result["baseline"]), result)
     return result
 
 
@@ -322,7 +322,7 @@ class Gate:
 
 def attempt(be: Backend, path: Path, record: ArtifactRecord, options: ExportOptions) -> dict[str, Any]:
     """One try of the accuracy search: its options' float keep-list, its verdict and its speed here."""
-    from vitexport.bench.measure import measure
+    from vitexport.core.timing import measure
     from vitexport.verify.feeds import random_pixels
 
     parity = record.parity
@@ -389,14 +389,14 @@ def status_of(report: ParityReport | None) -> str:
 
 def new_record(loaded: LoadedModel, artifact, options: ExportOptions, seed: int,
                upstream: Upstream | None) -> ArtifactRecord:
-    from vitexport.core.environment import versions
+    from vitexport.backends import tool_versions
 
     shape = list(loaded.input_shape)
     return ArtifactRecord(
         backend=artifact.backend, artifact=artifact.path.name, source=loaded.describe(), seed=seed,
         precision=artifact.precision, input_names=artifact.input_names, output_names=artifact.output_names,
         input_shape=["batch", *shape[1:]] if artifact.dynamic_batch else shape, dynamic_batch=artifact.dynamic_batch,
-        options=options.to_dict(), info=artifact.info, tools=versions(),
+        options=options.to_dict(), info=artifact.info, tools=tool_versions(),
         upstream={"artifact": upstream.path.name, "sha256": upstream.record.artifact_sha256} if upstream else None)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from vitexport.core.environment import now, sha256_file, write_atomic
 from vitexport.core.errors import UsageError
+from vitexport.models.records import SourceRecord
 from vitexport.core.jsonfile import read_json
 from vitexport.verify.parity import ParityReport
 
@@ -23,26 +24,6 @@ READABLE = ("vitexport.sidecar/1", SCHEMA)
 # never under the name users deploy), built but not runnable here, or not checked at all.
 STATUSES = ("verified", "FAILED", "not-checked-here", "unverified")
 MAX_BYTES = 16 * 2**20  # a sidecar is a few kB; its largest part, the parity report, a few hundred
-
-
-@dataclass
-class SourceRecord:
-    """The model an artifact was made from, as `vitexport.models.sources.load` can rebuild it."""
-
-    spec: dict[str, Any]  # SourceSpec.to_dict()
-    kind: str
-    config: dict[str, Any] | None
-    weights_sha256: str | None
-    input_shape: list[int]
-    preprocessing: dict[str, Any]
-    notes: list[str] = field(default_factory=list)  # what vitexport chose or changed to load and export it
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @property
-    def model(self) -> str:
-        return self.spec["model"]
 
 
 @dataclass

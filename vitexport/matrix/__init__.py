@@ -12,4 +12,5 @@ same pipeline as the single commands, cached by what it depends on, run on this 
     show.py     the terminal summary
 
 Nothing here is imported by `vitexport --help`.
-"""
+
+May import: core, models, verify, the backend spec, export, bench, report."""

@@ -1,5 +1,6 @@
 """The work of one cell, wherever it runs (a local worker process, a Ray task): an export (export and
-verify through `vitexport.api.export`) or a timing (`vitexport.api.bench` on the exported artifact).
+verify through `vitexport.export.pipeline.export`) or a timing (`vitexport.bench.run.bench` on the exported
+artifact).
 
 Jobs and results are plain JSON-able dicts, so they cross pipes and Ray unchanged. A result's
 `status`: an export is `passed` (verified), `failed` (its check failed: parity or the accuracy gate),
@@ -27,17 +28,18 @@ def run(kind: str, job: dict) -> dict:
 def export_cell(job: dict) -> dict:
     """job: backend, spec (SourceSpec.to_dict()), options (Options.to_dict()), out, images, atol, rtol,
     min_top1_agreement, max_accuracy_drop, seed."""
-    from vitexport import api, backends
+    from vitexport import backends
+    from vitexport.export import pipeline
     from vitexport.core.errors import BackendUnavailable, ParityError
     from vitexport.models.sources import SourceSpec
 
     t0 = time.perf_counter()
     be = backends.get(job["backend"])
     try:
-        result = api.export(job["backend"], SourceSpec.from_dict(job["spec"]), options_from(be, job["options"]),
+        result = pipeline.export(job["backend"], SourceSpec.from_dict(job["spec"]), options_from(be, job["options"]),
                             job["out"], verify=True, atol=job.get("atol"), rtol=job.get("rtol"), seed=job["seed"],
                             images=job.get("images"),
-                            gate=api.Gate(min_top1_agreement=job.get("min_top1_agreement"),
+                            gate=pipeline.Gate(min_top1_agreement=job.get("min_top1_agreement"),
                                           max_accuracy_drop=job.get("max_accuracy_drop")))
         status, reason = EXPORT_STATUS.get(result["status"], "error"), None
     except ParityError as e:
@@ -52,7 +54,7 @@ def export_cell(job: dict) -> dict:
 def timing_cell(job: dict) -> dict:
     """job: artifact, bench_target, batch, settings (plan.Bench.settings()), seed, device, scratch (a
     folder for the bench's own report files, removed afterwards)."""
-    from vitexport import api
+    from vitexport.bench.run import bench
     from vitexport.core.errors import BackendUnavailable, RuntimeFailure
     from vitexport.export.staging import staging
 
@@ -60,7 +62,7 @@ def timing_cell(job: dict) -> dict:
     s = job["settings"]
     try:
         with staging(Path(job["scratch"])) as scratch:
-            report = api.bench(None, [job["bench_target"]], [job["batch"]], artifacts=[job["artifact"]],
+            report = bench(None, [job["bench_target"]], [job["batch"]], artifacts=[job["artifact"]],
                                threads=s["threads"], warmup_iters=s["warmup_iters"], warmup_s=s["warmup_s"],
                                iters=s["iters"], budget_s=s["budget_s"], rounds=s["rounds"], roofline=s["roofline"],
                                seed=job["seed"], out_dir=scratch, label=job["device"],

@@ -17,14 +17,13 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-import vitexport
 
 STOP_S = 30  # how long a worker gets to clean up after SIGTERM before it is killed
 
 
 class Worker:
     def __init__(self, index: int, log: Path):
-        package_root = str(Path(vitexport.__file__).resolve().parents[1])  # workers run this very vitexport
+        package_root = str(Path(__file__).resolve().parents[2])  # workers run this very vitexport
         path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONPATH": path, "VITEXPORT_MATRIX_PARENT": str(os.getpid())}
         self.log = open(log, "w")

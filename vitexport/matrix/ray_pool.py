@@ -169,9 +169,7 @@ class RayPool:
 
 
 def package_folder() -> str:
-    import vitexport
-
-    return str(Path(vitexport.__file__).resolve().parent)
+    return str(Path(__file__).resolve().parents[1])  # vitexport/, from vitexport/matrix/ray_pool.py
 
 
 def node_id() -> str:

@@ -1,1 +1,6 @@
-"""models."""
+"""Where models come from: the presets (presets), the reference Vision Transformer written to export
+cleanly (vit), the model specs a user gives (sources: a preset, `torchvision:`, `timm:`, `hf:DIR`, a
+file or module with a factory, and their weights), what is recorded of a model (records), its
+outputs as named tensors (outputs), and Hugging Face folders (hf/).
+
+May import: core. Never verify, export or anything later in the flow."""

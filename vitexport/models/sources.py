@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from vitexport.models import presets as configs
 from vitexport.core.environment import sha256_file, total_memory_bytes
 from vitexport.core.errors import ConfigError, SourceError, WeightsError
+from vitexport.models.records import Built
 
 if TYPE_CHECKING:
-    from vitexport.export.sidecar import SourceRecord
+    from vitexport.models.records import SourceRecord
 
 
 @dataclass
@@ -67,26 +68,12 @@ class LoadedModel:
     notes: list[str] = field(default_factory=list)  # what vitexport chose or changed to load and export it
 
     def describe(self) -> "SourceRecord":
-        from vitexport.export.sidecar import SourceRecord
+        from vitexport.models.records import SourceRecord
 
         return SourceRecord(spec=self.spec.to_dict(), kind=self.kind,
                             config=self.config.to_dict() if self.config else None,
                             weights_sha256=self.weights_sha256, input_shape=list(self.input_shape),
                             preprocessing=self.preprocessing, notes=list(self.notes))
-
-
-@dataclass
-class Built:
-    """What a spec's builder hands to `load`, which finishes every kind of model the same way."""
-
-    model: Any  # torch.nn.Module
-    config: configs.ViTConfig | None = None
-    input_shape: tuple[int, ...] | None = None
-    preprocessing: dict[str, Any] | None = None
-    name: str | None = None  # base of the artifact's name (default: the spec after its prefix)
-    weights_sha256: str | None = None  # weights the builder read itself (a Hugging Face directory's)
-    weights_file: str | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 # Largest input a model of the user's own is given: beyond these, a typo would exhaust memory.

@@ -7,23 +7,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitexport.backends.base import RunOptions
 from vitexport.verify.parity import DECISIVE_MARGIN, Finding, ImageCheck, ParityReport, Tolerance, compare
 from vitexport.core.progress import ProgressLike, as_progress
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from vitexport.backends.base import Backend
+    from vitexport.backends.base import Backend, RunOptions
     from vitexport.export.sidecar import ArtifactRecord
     from vitexport.models.sources import LoadedModel
 
 
 def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "ArtifactRecord", tol: Tolerance,
-               seed: int, *, run: RunOptions = RunOptions(), images=None, max_batch: int = 8,
+               seed: int, *, run: "RunOptions | None" = None, images=None, max_batch: int = 8,
                progress: ProgressLike = None) -> tuple[ParityReport, str]:
     """Run PyTorch and the artifact on the same inputs; return the parity report and the provider."""
-    from vitexport.backends.eager import EagerRunner
+    from vitexport.verify.reference import EagerRunner
     from vitexport.verify.feeds import check_feeds
 
     progress = as_progress(progress)
@@ -33,7 +32,8 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
     feeds, labels = check_feeds(loaded, batches, seed, images, image_batch=max(batches))
     runs, image_outputs = [], {"reference": [], "candidate": []}
     progress.step("checking against PyTorch", total=len(feeds) + 1)  # + the determinism run
-    with EagerRunner(loaded.model, in_name, record.output_names) as reference, be.load(path, record, run) as runner:
+    candidate = be.load(path, record) if run is None else be.load(path, record, run)  # None: the backend's default
+    with EagerRunner(loaded.model, in_name, record.output_names) as reference, candidate as runner:
         for i, feed in enumerate(feeds):
             progress.note(f"{feed.name} ({i + 1}/{len(feeds)})")
             ref, cand = reference.run({in_name: feed.x}), runner.run({in_name: feed.x})

@@ -58,6 +58,8 @@ def preprocess(path, preprocessing: dict, shape: tuple[int, ...]) -> np.ndarray:
             from vitexport.models.hf.pixels import processor_pixels
 
             return processor_pixels(opened, preprocessing["processor"], shape)
+        from vitexport.models.hf.pixels import eight_bit  # the same 8-bit decoding as a processor's
+
         im = eight_bit(opened, channels)
         crop_pct = preprocessing.get("crop_pct") or 1.0
         scale = max(height, width) / crop_pct / min(im.size)
@@ -76,21 +78,6 @@ def preprocess(path, preprocessing: dict, shape: tuple[int, ...]) -> np.ndarray:
     mean = np.asarray(preprocessing.get("mean", [0.0] * channels), dtype=np.float64).reshape(-1, 1, 1)
     std = np.asarray(preprocessing.get("std", [1.0] * channels), dtype=np.float64).reshape(-1, 1, 1)
     return ((pixels - mean) / std).astype(np.float32)
-
-
-def eight_bit(im, channels: int):
-    """RGB (or L for one channel) at 8 bits. CMYK, palette and alpha images convert as Pillow does;
-    16-bit grey is scaled to 8 bits (Pillow's own conversion would clip it to white)."""
-    from PIL import Image
-
-    if im.mode.startswith("I"):  # "I;16", "I;16B", "I" (32-bit integer grey)
-        values = np.asarray(im, dtype=np.float64)
-        top = 65535.0 if im.mode.startswith("I;16") or values.max(initial=0) > 255 else 255.0
-        im = Image.fromarray(np.clip(np.round(values / top * 255.0), 0, 255).astype(np.uint8), "L")
-    elif im.mode == "F":
-        values = np.nan_to_num(np.asarray(im, dtype=np.float64))
-        im = Image.fromarray(np.clip(np.round(values * 255.0), 0, 255).astype(np.uint8), "L")
-    return im.convert("L" if channels == 1 else "RGB")
 
 
 MAX_IMAGE_BYTES = 256 * 2**20  # a 16k x 16k RGB PNG is about this; more is not a photo to check on

@@ -37,7 +37,7 @@ class CoreMLBackend(Backend):
 
     def availability(self) -> Availability:
         from vitexport.core.errors import BackendUnavailable
-        from vitexport.backends.coreml.convert import import_coremltools
+        from vitexport.backends.coreml_common.library import import_coremltools
 
         try:
             import_coremltools()
@@ -59,7 +59,7 @@ class CoreMLBackend(Backend):
         """coremltools and whether this torch is one it was tested with; whether Core ML predicts here."""
         from importlib import metadata
 
-        from vitexport.backends.coreml.convert import import_coremltools
+        from vitexport.backends.coreml_common.library import import_coremltools
 
         ct = import_coremltools()
         from coremltools import _deps  # where coremltools keeps the newest torch it was tested with
@@ -144,7 +144,7 @@ class CoreMLBackend(Backend):
             return None
         import json
 
-        from vitexport.backends.coreml.convert import import_coremltools
+        from vitexport.backends.coreml_common.library import import_coremltools
 
         ct = import_coremltools()
         meta = ct.models.MLModel(str(path), skip_model_load=True).user_defined_metadata

@@ -4,28 +4,13 @@ torch 2.14), with compression, an optional image input and the package's metadat
 from __future__ import annotations
 
 import json
-import logging
-import os
 import warnings
 from pathlib import Path
 
-from vitexport.core.environment import quiet_loggers
 from vitexport.core.errors import BackendUnavailable, ExportError, UsageError
 from vitexport.backends.base import output_names
 from vitexport.backends.coreml.options import COMPRESSIONS, CoreMLOptions, read_labels
-
-
-def import_coremltools():
-    logging.getLogger("coremltools").setLevel(logging.ERROR)  # it warns about every macOS-only proxy
-    os.environ.setdefault("TQDM_DISABLE", "1")  # conversion progress bars would bury our own output
-    try:
-        # coremltools imports torchao where installed, which logs a torch deprecation on import.
-        with warnings.catch_warnings(), quiet_loggers("torch.utils._pytree"):
-            warnings.simplefilter("ignore")
-            import coremltools as ct
-    except ImportError:
-        raise BackendUnavailable("coremltools is not installed: pip install 'vitexport[coreml]'") from None
-    return ct
+from vitexport.backends.coreml_common.library import import_coremltools
 
 
 def normalized(model, mean, std):
@@ -140,7 +125,7 @@ def _compress(mlmodel, name: str):
 
 
 def _describe(mlmodel, loaded, options: CoreMLOptions, labels: list[str] | None) -> None:
-    from vitexport import __version__
+    from vitexport.core import __version__
 
     mlmodel.short_description = f"{loaded.spec.model} exported by vitexport {__version__}"
     mlmodel.author = options.author or "vitexport"

@@ -6,8 +6,9 @@ import platform
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitexport.core.errors import RuntimeFailure, UsageError
+from vitexport.core.errors import RuntimeFailure
 from vitexport.backends.base import Runner
+from vitexport.backends.coreml_common.library import unsupported
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,14 +31,14 @@ class CoreMLRunner(Runner):
 
     def open(self) -> None:
         if platform.system() == "Darwin":
-            from vitexport.backends.coreml.convert import import_coremltools
+            from vitexport.backends.coreml_common.library import import_coremltools
 
             ct = import_coremltools()
             model = ct.models.MLModel(str(self.path), compute_units=getattr(ct.ComputeUnit, self.compute_units))
             self.provider = f"coreml-{self.compute_units.lower()}"
             self._predict = lambda inputs: {k: v for k, v in model.predict(inputs).items()}
             return
-        from vitexport.backends.coreml.mil_eval import UnsupportedOpError, load_program
+        from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError, load_program
 
         try:
             program = load_program(self.path)
@@ -54,7 +55,7 @@ class CoreMLRunner(Runner):
     def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
         import numpy as np
 
-        from vitexport.backends.coreml.mil_eval import UnsupportedOpError
+        from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError
 
         x = feed[self.input_name].astype(np.float64)
         if self.image_input:
@@ -66,6 +67,3 @@ class CoreMLRunner(Runner):
         return {name: np.asarray(out[name], dtype=np.float32) for name in self.output_names}
 
 
-def unsupported(e: Exception) -> UsageError:
-    """An op the evaluator lacks: the package cannot be checked off macOS (bad input for the check)."""
-    return UsageError(f"cannot check this Core ML package off macOS: {e}; verify it on a Mac")

@@ -43,9 +43,9 @@ class ExecuTorchBackend(Backend):
             return Availability(False, "the Core ML delegate runs on Apple devices (iOS, macOS), and this program "
                                        f"also runs ExecuTorch kernels outside it ({left}), so its embedded Core ML "
                                        "program does not stand for it: verify it on an Apple device")
-        from vitexport.backends.coreml import BACKEND as COREML
+        from vitexport import backends
 
-        return COREML.availability()  # the embedded program is checked with the Core ML evaluator
+        return backends.get("coreml").availability()  # the embedded program is checked with the Core ML evaluator
 
     def export(self, loaded, options: ExecuTorchOptions, out_path: Path, upstream=None) -> Artifact:
         from vitexport.backends.executorch.lower import export_pte

@@ -110,7 +110,7 @@ def _partitioners(options: ExecuTorchOptions) -> list:
 
         return [XnnpackPartitioner()]
     if options.delegate == "coreml":
-        from vitexport.backends.coreml.convert import import_coremltools
+        from vitexport.backends.coreml_common.library import import_coremltools
 
         ct = import_coremltools()
         try:

@@ -74,8 +74,8 @@ class EmbeddedCoreMLRunner(Runner):
         self.folder = self.program = None
 
     def open(self) -> None:
-        from vitexport.backends.coreml.mil_eval import UnsupportedOpError, load_program
-        from vitexport.backends.coreml.runner import unsupported
+        from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError, load_program
+        from vitexport.backends.coreml_common.library import unsupported
 
         pte.check_whole(self.path)
         self.folder = tempfile.TemporaryDirectory(prefix="vitexport-coreml-")
@@ -100,8 +100,8 @@ class EmbeddedCoreMLRunner(Runner):
     def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
         import numpy as np
 
-        from vitexport.backends.coreml.mil_eval import UnsupportedOpError
-        from vitexport.backends.coreml.runner import unsupported
+        from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError
+        from vitexport.backends.coreml_common.library import unsupported
 
         names_in, names_out = self.meta["inputNames"], self.meta["outputNames"]
         try:

@@ -14,18 +14,6 @@ from vitexport.backends.base import (Artifact, Availability, Backend, BenchTarge
 from vitexport.backends.onnx.options import OnnxOptions
 
 
-def calibration_set(folder: str) -> dict:
-    """What calibrated an int8 graph: the folder, its image count and one digest over their bytes."""
-    import hashlib
-
-    from vitexport.core.environment import sha256_file
-    from vitexport.verify.feeds import IMAGE_SUFFIXES
-
-    files = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    digest = hashlib.sha256("".join(sha256_file(p) for p in files).encode()).hexdigest()
-    return {"folder": str(Path(folder).resolve()), "images": len(files), "sha256": digest}
-
-
 class OnnxBackend(Backend):
     name = "onnx"
     suffix = ".onnx"
@@ -51,6 +39,8 @@ class OnnxBackend(Backend):
             calibration = load_images(options.calibration_images, loaded.preprocessing, loaded.input_shape)[0]
         info = export_onnx(loaded, options, out_path, calibration)
         if calibration is not None:
+            from vitexport.backends.onnx_common.quantize import calibration_set
+
             info["int8"]["calibration"] = calibration_set(options.calibration_images)
         return Artifact(out_path, self.name, precision=options.precision, input_names=[options.input_name],
                         output_names=output_names(loaded, options), dynamic_batch=options.dynamic_batch, info=info)
@@ -92,12 +82,12 @@ class OnnxBackend(Backend):
                                   "CoreMLExecutionProvider) checks on that provider; the report says which ran.",))
 
     def lint(self, path: Path, record):
-        from vitexport.backends.onnx.lint import lint_onnx
+        from vitexport.backends.onnx_common.lint import lint_onnx
 
         return lint_onnx(path, record.dynamic_batch, record.precision)
 
     def localize(self, loaded, path: Path, record, x, tol):
-        from vitexport.backends.onnx.localize import localize_onnx
+        from vitexport.backends.onnx_common.localize import localize_onnx
 
         return localize_onnx(loaded, path, x, record.input_names[0], tol)
 
@@ -120,7 +110,7 @@ class OnnxBackend(Backend):
     def refine(self, loaded, options: OnnxOptions, path: Path, record):
         """int8 that failed its check: keep the encoder block (or the stem) that adds the most error in float."""
         from vitexport.backends.int8_search import keep_most_sensitive
-        from vitexport.backends.onnx.localize import STEM, sensitive_blocks, stem_scopes
+        from vitexport.backends.onnx_common.localize import STEM, sensitive_blocks, stem_scopes
 
         return keep_most_sensitive(loaded, options, record,
                                    lambda x: sensitive_blocks(loaded, path, x, record.input_names[0]),

@@ -60,15 +60,15 @@ def derive(raw: Path, work: Path, options: OnnxOptions, loaded, calibration, inf
         chosen = "slim" if options.optimize in ("none", "auto") and options.precision == "int8" else options.optimize
         graph = optimized(raw, work, chosen, loaded, info, measure=options.precision == "fp32")
     if options.precision == "fp16":
-        from vitexport.backends.onnx.fp16 import convert_file
-        from vitexport.backends.onnx.quantize import matches
+        from vitexport.backends.onnx_common.fp16 import convert_file
+        from vitexport.backends.onnx_common.quantize import matches
 
         keep = ("LayerNormalization", "Softmax") + options.keep_fp32
         target = work / "fp16.onnx"
         info["fp16"] = convert_file(graph, target, lambda op, name: matches(keep, op, name))
         return target
     if options.precision == "int8":
-        from vitexport.backends.onnx.quantize import quantize_for_ort
+        from vitexport.backends.onnx_common.quantize import quantize_for_ort
 
         target = work / "int8.onnx"
         info["int8"] = quantize_for_ort(graph, target, options, options.input_name, calibration)
@@ -179,7 +179,7 @@ def _name_first_arg(model, shapes):
 def _embed_metadata(model, loaded, options: OnnxOptions) -> None:
     import json
 
-    from vitexport import __version__
+    from vitexport.core import __version__
 
     model.producer_name, model.producer_version = "vitexport", __version__
     meta = {

@@ -8,13 +8,8 @@ from pathlib import Path
 from vitexport.core.errors import UsageError
 from vitexport.core.options import option
 from vitexport.backends.base import ExportOptions
+from vitexport.backends.onnx_common.exporters import AUTO_ORDER, EXPORTERS, OPSET_RANGE  # noqa: F401 (the options' vocabulary)
 
-EXPORTERS = ("auto", "legacy", "dynamo")
-# What each exporter of torch 2.x can write; below 17 LayerNorm is decomposed into primitive ops.
-OPSET_RANGE = {"legacy": (13, 20), "dynamo": (17, 23)}
-# auto: each exporter fails on models the other handles (legacy: shape arithmetic under a dynamic
-# batch; dynamo: 3-D scaled_dot_product_attention), so try legacy, then dynamo, and record which ran.
-AUTO_ORDER = ("legacy", "dynamo")
 PRECISIONS = ("fp32", "fp16", "int8")
 QUANT_MODES = ("dynamic", "static")
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile")

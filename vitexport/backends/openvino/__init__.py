@@ -66,7 +66,7 @@ class OpenVinoBackend(Backend):
             calibration = load_images(options.calibration_images, loaded.preprocessing, loaded.input_shape)[0]
         info = export_ir(loaded, options, out_path, calibration)
         if calibration is not None:
-            from vitexport.backends.onnx import calibration_set
+            from vitexport.backends.onnx_common.quantize import calibration_set
 
             info["int8"]["calibration"] = calibration_set(options.calibration_images)
         device = options.device_name
@@ -112,7 +112,7 @@ class OpenVinoBackend(Backend):
         """int8 that failed its check: keep the encoder block (or the stem) that adds the most error in
         float, as the ONNX backend's accuracy search does."""
         from vitexport.backends.int8_search import keep_most_sensitive
-        from vitexport.backends.onnx.localize import STEM
+        from vitexport.backends.onnx_common.localize import STEM
         from vitexport.backends.openvino.localize import sensitive_blocks, stem_scopes
 
         return keep_most_sensitive(loaded, options, record, lambda x: sensitive_blocks(loaded, path, record, x),

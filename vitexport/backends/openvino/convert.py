@@ -70,7 +70,7 @@ def _embed_metadata(model, loaded, options: OpenVinoOptions) -> None:
     """What made the IR, in its rt_info, for whoever opens the .xml without the sidecar. OpenVINO does
     not take the inference precision from rt_info: a loader must pass the hint itself (the sidecar's
     info.compile_config says which)."""
-    from vitexport import __version__
+    from vitexport.core import __version__
 
     meta = {"version": __version__, "source": loaded.spec.model, "input_shape": json.dumps(list(loaded.input_shape)),
             "dynamic_batch": str(options.dynamic_batch).lower(), "precision": options.precision,

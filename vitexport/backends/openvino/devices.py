@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from vitexport.core.errors import BackendUnavailable
+from vitexport.core.errors import BackendUnavailable, first_line
 
 # OpenVINO's element types as vitexport names precisions.
 TYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
@@ -81,13 +81,6 @@ def probe(device: str, hint: str | None) -> tuple[str | None, str | None]:
     except Exception as e:  # a device that lists itself, or a precision, and does not compile
         return None, first_line(e)
     return ran(compiled), None
-
-
-def first_line(error: Exception) -> str:
-    """The informative line of an OpenVINO error (its first lines only say which source file threw)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    useful = [line for line in lines if not line.startswith("Exception from ")]
-    return ((useful or lines or [type(error).__name__])[0])[:300]
 
 
 def precision_hint(precision: str, device: str) -> str:

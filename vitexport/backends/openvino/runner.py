@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitexport.core.errors import BackendUnavailable, RuntimeFailure
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure, first_line
 from vitexport.backends.base import Runner
 from vitexport.backends.openvino import devices
 
@@ -48,7 +48,7 @@ class OpenVinoRunner(Runner):
             compiled = core.compile_model(model, device, devices.compile_config(record.precision, device,
                                                                                   self.threads))
         except Exception as e:
-            raise RuntimeFailure(f"OpenVINO cannot load {self.path.name} on {device}: {devices.first_line(e)}") \
+            raise RuntimeFailure(f"OpenVINO cannot load {self.path.name} on {device}: {first_line(e)}") \
                 from None
         computed = devices.ran(compiled)
         if record.precision in ("fp32", "bf16") and computed != record.precision:

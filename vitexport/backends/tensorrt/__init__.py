@@ -74,11 +74,13 @@ class TensorRTBackend(Backend):
         return "" if options.precision == "fp32" else f"-{options.precision}"
 
     def upstream_options(self, options: TensorRTOptions):
-        from vitexport.backends.onnx.options import OnnxOptions
+        from vitexport import backends
 
-        return OnnxOptions(dynamic_batch=options.dynamic, max_batch=options.profile_max if options.dynamic else None,
-                           input_name=options.input_name, output_name=options.output_name, opset=options.opset,
-                           exporter=options.exporter)
+        # The upstream's own options class, through the registry: a backend never imports another.
+        upstream = backends.get(self.builds_from).Options
+        return upstream(dynamic_batch=options.dynamic, max_batch=options.profile_max if options.dynamic else None,
+                        input_name=options.input_name, output_name=options.output_name, opset=options.opset,
+                        exporter=options.exporter)
 
     def export(self, loaded, options: TensorRTOptions, out_path: Path, upstream: Upstream | None = None) -> Artifact:
         from vitexport.backends.tensorrt.build import build_engine
@@ -138,7 +140,7 @@ class TensorRTBackend(Backend):
     def lint(self, path: Path, record):
         """The ONNX the engine was built from, judged for the engine's precision (a decomposed
         LayerNorm overflows in fp16): a static check, so it runs where the engine cannot."""
-        from vitexport.backends.onnx.lint import lint_onnx
+        from vitexport.backends.onnx_common.lint import lint_onnx
         from vitexport.backends.tensorrt.runner import onnx_source
 
         onnx = Path(onnx_source(path, record.info))

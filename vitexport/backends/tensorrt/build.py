@@ -12,7 +12,7 @@ from vitexport.core.errors import BackendUnavailable, ExportError, UsageError
 from vitexport.backends.tensorrt import generations
 from vitexport.core.environment import atomic_path, gpu_facts, jetson_facts, sha256_file, write_atomic
 from vitexport.backends.tensorrt.options import TensorRTOptions, validate
-from vitexport.backends.onnx.quantize import is_qdq, to_qdq_int8
+from vitexport.backends.onnx_common.quantize import is_qdq, to_qdq_int8
 
 # Without explicit targets TensorRT-RTX builds engines portable across these (its documented default).
 RTX_DEFAULT_TARGETS = ("SM86", "SM89", "SM120")
@@ -62,7 +62,7 @@ def _source(trt: generations.Trt, options: TensorRTOptions, onnx_path: Path, out
     """The ONNX the builder parses: the given one, or for strongly typed builders its fp16 / QDQ form."""
     notes: dict[str, Any] = {}
     if options.precision == "fp16" and trt.strongly_typed:
-        from vitexport.backends.onnx.fp16 import convert_file
+        from vitexport.backends.onnx_common.fp16 import convert_file
 
         target = out_path.with_suffix(".fp16.onnx")
         with atomic_path(target) as tmp:

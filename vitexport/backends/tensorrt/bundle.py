@@ -98,7 +98,7 @@ def device_check(path: Path, record: "ArtifactRecord", target: DeviceTarget) -> 
     """The package's check for an engine: build it on the device from the ONNX, then run it."""
     from vitexport.export import sidecar
     from vitexport.core.environment import sha256_file
-    from vitexport.backends.onnx import BACKEND as ONNX
+    from vitexport import backends
     from vitexport.backends.tensorrt.runner import onnx_source
 
     if target.name not in ("jetson", "linux"):
@@ -113,7 +113,7 @@ def device_check(path: Path, record: "ArtifactRecord", target: DeviceTarget) -> 
         raise ParityError(f"{onnx.name} changed since the engine was built from it (its sha256 differs from the "
                           "engine's sidecar); export the engine again")
     onnx_record = sidecar.read(onnx)
-    files = [onnx, *ONNX.files(onnx, onnx_record), sidecar.path_for(onnx)]
+    files = [onnx, *backends.get(onnx_record.backend).files(onnx, onnx_record), sidecar.path_for(onnx)]
     if sidecar.path_for(path).is_file():  # absent while the engine itself is being exported (--bundle)
         files.append(sidecar.path_for(path))
     typed = _typed(path, options)
@@ -163,12 +163,12 @@ def _typed(path: Path, options: TensorRTOptions) -> Path | None:
 def _make_typed(onnx: Path, target: Path, options: TensorRTOptions, record: "ArtifactRecord") -> None:
     """Make the typed ONNX the engine's build did not leave (a weakly typed TensorRT 8.6/10 build)."""
     if options.precision == "fp16":
-        from vitexport.backends.onnx.fp16 import convert_file
+        from vitexport.backends.onnx_common.fp16 import convert_file
 
         convert_file(onnx, target, options.keeps_fp32)
         return
     from vitexport.verify.feeds import load_images
-    from vitexport.backends.onnx.quantize import to_qdq_int8
+    from vitexport.backends.onnx_common.quantize import to_qdq_int8
 
     calibration = load_images(options.calibration_images, record.source.preprocessing,
                               tuple(record.source.input_shape))[0]

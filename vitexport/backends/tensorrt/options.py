@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from vitexport.core.errors import UsageError
 from vitexport.core.options import check_fields, option
 from vitexport.backends.base import ExportOptions
-from vitexport.backends.onnx.options import EXPORTERS
+from vitexport.backends.onnx_common.exporters import EXPORTERS
 
 if TYPE_CHECKING:
     from vitexport.backends.tensorrt.generations import Trt

@@ -36,7 +36,7 @@ class TorchScriptRunner(Runner):
         import numpy as np
         import torch
 
-        from vitexport.backends.eager import named_outputs
+        from vitexport.verify.reference import named_outputs
 
         with torch.inference_mode():
             y = self.module(torch.from_numpy(np.ascontiguousarray(feed[self.input_name])))

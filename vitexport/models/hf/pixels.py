@@ -38,8 +38,6 @@ def rgb(im, convert_rgb: bool):
     transformers does; the others would fail on a non-RGB image, so Pillow's conversion stands in."""
     from PIL import Image
 
-    from vitexport.verify.feeds import eight_bit
-
     if convert_rgb and ("A" in im.getbands() or im.info.get("transparency") is not None):
         white = Image.new("RGBA", im.size, (255, 255, 255, 255))
         return Image.alpha_composite(white, im.convert("RGBA")).convert("RGB")
@@ -83,3 +81,19 @@ def normalised(t, steps: dict[str, Any]):
     if mean is not None:
         return tvF.normalize(t.to(torch.float32), mean, std)
     return t * rescale if rescale is not None else t.to(torch.float32)
+
+
+def eight_bit(im, channels: int):
+    """RGB (or L for one channel) at 8 bits. CMYK, palette and alpha images convert as Pillow does;
+    16-bit grey is scaled to 8 bits (Pillow's own conversion would clip it to white)."""
+    from PIL import Image
+
+    if im.mode.startswith("I"):  # "I;16", "I;16B", "I" (32-bit integer grey)
+        values = np.asarray(im, dtype=np.float64)
+        top = 65535.0 if im.mode.startswith("I;16") or values.max(initial=0) > 255 else 255.0
+        im = Image.fromarray(np.clip(np.round(values / top * 255.0), 0, 255).astype(np.uint8), "L")
+    elif im.mode == "F":
+        values = np.nan_to_num(np.asarray(im, dtype=np.float64))
+        im = Image.fromarray(np.clip(np.round(values * 255.0), 0, 255).astype(np.uint8), "L")
+    return im.convert("L" if channels == 1 else "RGB")
+

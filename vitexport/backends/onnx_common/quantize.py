@@ -79,7 +79,7 @@ def quantize_for_ort(src: Path, dst: Path, options: "OnnxOptions", input_name: s
                      calibration: np.ndarray | None = None) -> dict:
     """Write the int8 form of `src` to `dst`; return what the sidecar records (mode, types, what was
     kept in float and why: the head, --keep-fp32, and the blocks the accuracy search chose)."""
-    from vitexport.backends.onnx.localize import in_scope, node_scope
+    from vitexport.backends.onnx_common.localize import in_scope, node_scope
 
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
@@ -180,3 +180,15 @@ def to_qdq_int8(onnx_path: Path, out: Path, input_name: str, calibration: np.nda
                     nodes_to_exclude=excluded,
                     extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False})
     return {"calibration_inputs": int(len(calibration)), "excluded_nodes": len(excluded)}
+
+
+def calibration_set(folder: str) -> dict:
+    """What calibrated an int8 graph: the folder, its image count and one digest over their bytes."""
+    import hashlib
+
+    from vitexport.core.environment import sha256_file
+    from vitexport.verify.feeds import IMAGE_SUFFIXES
+
+    files = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    digest = hashlib.sha256("".join(sha256_file(p) for p in files).encode()).hexdigest()
+    return {"folder": str(Path(folder).resolve()), "images": len(files), "sha256": digest}

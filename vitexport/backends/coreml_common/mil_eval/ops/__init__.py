@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from vitexport.backends.coreml.mil_eval.ops import compression, dense, elementwise, shape
+from vitexport.backends.coreml_common.mil_eval.ops import compression, dense, elementwise, shape
 
 # Ops run on every call of a program.
 OPS: dict[str, Callable[..., Any]] = {**dense.OPS, **elementwise.OPS, **shape.OPS}

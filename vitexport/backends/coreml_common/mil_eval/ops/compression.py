@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vitexport.backends.coreml.mil_eval.ops.args import ints
-from vitexport.backends.coreml.mil_eval.ops.elementwise import cast
+from vitexport.backends.coreml_common.mil_eval.ops.args import ints
+from vitexport.backends.coreml_common.mil_eval.ops.elementwise import cast
 
 
 def _along(values, axis: int, rank: int) -> np.ndarray:

@@ -7,9 +7,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vitexport.backends.coreml.mil_eval.errors import UnsupportedOpError
-from vitexport.backends.coreml.mil_eval.ops.args import as_axes, ints
-from vitexport.backends.coreml.mil_eval.ops.elementwise import erf
+from vitexport.backends.coreml_common.mil_eval.errors import UnsupportedOpError
+from vitexport.backends.coreml_common.mil_eval.ops.args import as_axes, ints
+from vitexport.backends.coreml_common.mil_eval.ops.elementwise import erf
 
 SQRT2 = math.sqrt(2.0)  # Python floats keep float32 arrays float32 (a NumPy float64 scalar would promote)
 

@@ -6,8 +6,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vitexport.backends.coreml.mil_eval.errors import UnsupportedOpError
-from vitexport.backends.coreml.mil_eval.ops.args import as_axes, ints
+from vitexport.backends.coreml_common.mil_eval.errors import UnsupportedOpError
+from vitexport.backends.coreml_common.mil_eval.ops.args import as_axes, ints
 
 
 def _reshape(x, shape, **_):

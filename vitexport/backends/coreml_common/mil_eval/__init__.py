@@ -13,9 +13,9 @@ An op this executor does not know is an error that names it, never a skip.
 Modules: `program` (loading, planning, running), `ops` (the op tables, by family), `fp16` (rounding).
 """
 
-from vitexport.backends.coreml.mil_eval.errors import UnsupportedOpError
-from vitexport.backends.coreml.mil_eval.fp16 import round_fp16 as _round_fp16  # noqa: F401  (the tests check the rounding on its own)
-from vitexport.backends.coreml.mil_eval.ops import OPS
-from vitexport.backends.coreml.mil_eval.program import MilProgram, load_program
+from vitexport.backends.coreml_common.mil_eval.errors import UnsupportedOpError
+from vitexport.backends.coreml_common.mil_eval.fp16 import round_fp16 as _round_fp16  # noqa: F401  (the tests check the rounding on its own)
+from vitexport.backends.coreml_common.mil_eval.ops import OPS
+from vitexport.backends.coreml_common.mil_eval.program import MilProgram, load_program
 
 __all__ = ["OPS", "MilProgram", "UnsupportedOpError", "load_program"]

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from vitexport.backends.coreml.mil_eval.errors import UnsupportedOpError
-from vitexport.backends.coreml.mil_eval.fp16 import hold
-from vitexport.backends.coreml.mil_eval.ops import DECOMPRESSION_OPS, EXACT_OPS, OPS
+from vitexport.backends.coreml_common.mil_eval.errors import UnsupportedOpError
+from vitexport.backends.coreml_common.mil_eval.fp16 import hold
+from vitexport.backends.coreml_common.mil_eval.ops import DECOMPRESSION_OPS, EXACT_OPS, OPS
 
 
 class _Step:
@@ -142,7 +142,7 @@ def load_program(source, function: str | None = None, weights_dir: str | Path | 
     (then `weights_dir` names its weight blobs, if it has any). `function` picks the function to run:
     by default `main`, else the model's default function.
     """
-    from vitexport.backends.coreml.convert import import_coremltools
+    from vitexport.backends.coreml_common.library import import_coremltools
 
     ct = import_coremltools()
     from coremltools.converters.mil.frontend.milproto.load import load as load_milproto

@@ -53,7 +53,7 @@ def test_gpus_fall_back_to_none(monkeypatch):
 
 
 def test_short_cpu_names():
-    from vitexport.report.tables import short_cpu
+    from vitexport.report.names import short_cpu
 
     assert short_cpu("AMD EPYC 7B13 64-Core Processor") == "AMD EPYC 7B13"
 

@@ -8,7 +8,9 @@ import pytest
 
 from vitexport.core import environment
 
-from vitexport.report import tables as report
+from vitexport.bench.stored import SCHEMA
+from vitexport.report.files import write_markdown
+from vitexport.report.names import jetson_line, machine_label
 from vitexport.core.environment import clock_state, nvpmodel_mode
 from vitexport.bench.fingerprint import fingerprint, isa_names
 
@@ -88,13 +90,13 @@ def test_clock_state_ignores_offline_cores_and_memory_clocks():
 def test_reports_show_the_power_mode_and_clocks(tmp_path):
     fp = {"cpu": "ARMv8 Processor rev 1 (v8l)", "gpus": ["Orin"], "jetson_l4t": "# R36 (release), REVISION: 4.3",
           "jetson_power_mode": "MAXN", "jetson_clocks": "locked"}
-    data = {"schema": report.SCHEMA, "model": "tiny", "label": None, "fingerprint": fp, "settings": {"threads": 6},
+    data = {"schema": SCHEMA, "model": "tiny", "label": None, "fingerprint": fp, "settings": {"threads": 6},
             "results": [{"backend": "torch", "batch_size": 1, "available": False, "reason": "x"}], "roofline": None}
-    assert report.machine_label(data) == "Orin (MAXN)"
-    assert report.machine_label({**data, "label": "bench-orin"}) == "bench-orin"
-    report.write_markdown(data, tmp_path / "r.md")
+    assert machine_label(data) == "Orin (MAXN)"
+    assert machine_label({**data, "label": "bench-orin"}) == "bench-orin"
+    write_markdown(data, tmp_path / "r.md")
     assert "Jetson R36 (release), REVISION: 4.3, power mode MAXN, clocks locked" in (tmp_path / "r.md").read_text()
-    assert report.jetson_line({"cpu": "Xeon"}) == ""
+    assert jetson_line({"cpu": "Xeon"}) == ""
 
 
 @pytest.mark.parametrize("flags,names", [

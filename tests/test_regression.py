@@ -451,7 +451,7 @@ def test_verify_against_its_own_export_exits_0(onnx_export, tmp_path):
 def test_verify_worse_than_a_forged_better_baseline_exits_5(onnx_export, tmp_path):
     exported, out = onnx_export
     actual = exported["parity"]["max_abs_error"]
-    noise = regression.NOISE_SHARE * exported["parity"]["atol"]
+    noise = parity_gate.NOISE_SHARE * exported["parity"]["atol"]
     assert actual > 2 * parity_gate.ERROR_GROWTH * noise, "the artifact is too exact to forge a better baseline"
     forged = copy.deepcopy(exported)
     forged["parity"]["max_abs_error"] = actual / 100
@@ -473,10 +473,10 @@ def test_verify_worse_than_a_forged_better_baseline_exits_5(onnx_export, tmp_pat
 
 def test_parity_margins():
     parity = {"atol": 1e-4, "min_cosine": 0.99999}
-    assert regression._limit("max_abs_error", 1e-5, parity, 2.0) == pytest.approx(2e-5)
-    assert regression._limit("max_abs_error", 0.0, parity, 2.0) == pytest.approx(2e-7)  # exact baseline: noise floor
-    assert regression._limit("cosine_similarity", 1.0, parity, 2.0) == pytest.approx(1 - 2e-8)
-    assert regression._limit("top1_agreement", 0.75, parity, 2.0) == 0.75  # any drop is a different answer
+    assert parity_gate._limit("max_abs_error", 1e-5, parity, 2.0) == pytest.approx(2e-5)
+    assert parity_gate._limit("max_abs_error", 0.0, parity, 2.0) == pytest.approx(2e-7)  # exact baseline: noise floor
+    assert parity_gate._limit("cosine_similarity", 1.0, parity, 2.0) == pytest.approx(1 - 2e-8)
+    assert parity_gate._limit("top1_agreement", 0.75, parity, 2.0) == 0.75  # any drop is a different answer
     base = {"backend": "onnx", "precision": "fp32", "parity": {"max_abs_error": 1e-6, "top1_agreement": 1.0}}
     now = {"backend": "onnx", "precision": "fp32",
            "parity": {"max_abs_error": 1e-6, "top1_agreement": 0.9, "images": {"top1_agreement": 1.0}, **parity}}

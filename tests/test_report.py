@@ -3,8 +3,15 @@ import json
 
 import pytest
 
-from vitexport.report import tables as report
+from vitexport.bench.stored import REPORT_SUFFIXES, SCHEMA, load
 from vitexport.core.errors import UsageError
+from vitexport.report import files as report_files
+from vitexport.report import tables
+from vitexport.report.files import csv_records, write_all, write_csv, write_json
+from vitexport.report.merge import merge, merge_reports, ranking
+from vitexport.report.prose import baseline_lines, roofline_lines
+from vitexport.report.tables import (COLUMNS, CSV_FIELDS, Column, rich_table, roofline_fraction, table_columns,
+                                    table_rows, unavailable)
 
 
 def result(backend, batch, p50, available=True, **extra):
@@ -19,7 +26,7 @@ def result(backend, batch, p50, available=True, **extra):
 
 
 def make_report(results, cpu="Test Xeon", label=None, **settings):
-    return {"schema": report.SCHEMA, "model": "tiny", "label": label,
+    return {"schema": SCHEMA, "model": "tiny", "label": label,
             "fingerprint": {"cpu": cpu, "usable_cores": 2, "gpus": ["none"], "os": "Linux", "python": "3.11"},
             "settings": {"threads": 2, "warmup_iters": 5, "warmup_s": 1.0, "iters": None, "budget_s": 5.0,
                          "mode": "end-to-end", **settings},
@@ -39,7 +46,7 @@ def test_all_report_files_are_written_and_readable(tmp_path):
 
     data = make_report([result("torch", 1, 20.0, roofline_fraction=0.25), result("onnxruntime", 1, 15.0),
                         result("torch-cuda", 1, 0, False)])
-    files = report.write_all(data, tmp_path / "bench")
+    files = write_all(data, tmp_path / "bench")
     assert json.loads(open(files["json"]).read())["results"][2]["reason"] == "no GPU here"
     rows = list(csv.DictReader(open(files["csv"])))
     assert [r["backend"] for r in rows] == ["torch", "onnxruntime", "torch-cuda"]
@@ -55,15 +62,15 @@ def test_all_report_files_are_written_and_readable(tmp_path):
 
 def test_json_has_no_nan(tmp_path):
     data = make_report([result("torch", 1, 20.0, roofline_fraction=float("nan"))])
-    report.write_json(data, tmp_path / "r.json")
+    write_json(data, tmp_path / "r.json")
     assert json.loads((tmp_path / "r.json").read_text())["results"][0]["roofline_fraction"] is None
 
 
 def test_tables_are_grouped_by_batch():
     data = make_report([result("torch", 8, 90.0), result("onnxruntime", 1, 15.0), result("torch", 1, 20.0),
                         result("torch-cuda", 8, 0, False)])
-    rows = report.table_rows(data)
-    cols = report.table_columns(data)
+    rows = table_rows(data)
+    cols = table_columns(data)
     assert [(r[cols.index("backend")], r[cols.index("batch")]) for r in rows] == \
         [("onnxruntime", "1"), ("torch", "1"), ("torch", "8"), ("torch-cuda", "8")]
     assert rows[-1][cols.index("p50 ms")] == "unavailable: no GPU here"
@@ -72,75 +79,75 @@ def test_tables_are_grouped_by_batch():
 def test_terminal_table_keeps_unavailable_rows_with_their_reason():
     data = make_report([result("torch", 1, 20.0), result("torch-cuda", 1, 0, False, reason="[no] GPU here"),
                         result("onnxruntime", 1, 30.0, cv=0.2, unstable=True)])
-    table = report.rich_table(data)
+    table = rich_table(data)
     assert table.row_count == 3
     text = render(table)
     assert "unavailable: [no] GPU here" in text  # markup-looking text is shown, not interpreted
     assert "unstable" in text and "20.0" in text
     assert max(len(line) for line in text.splitlines()) <= 110
-    assert report.unavailable(data) == ["torch-cuda unavailable: [no] GPU here"]
+    assert unavailable(data) == ["torch-cuda unavailable: [no] GPU here"]
 
 
 def test_a_single_unavailable_row_still_makes_every_file(tmp_path):
     data = make_report([result("coreml", 1, 0, False, reason="Core ML runs only on macOS")])
-    files = report.write_all(data, tmp_path / "only")
+    files = write_all(data, tmp_path / "only")
     assert "unavailable: Core ML runs only on macOS" in open(files["md"]).read()
-    assert "unavailable" in render(report.rich_table(data))
+    assert "unavailable" in render(rich_table(data))
 
 
 def test_merge_labels_rows_by_machine_and_ranks_per_batch(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    report.write_json(make_report([result("onnxruntime", 1, 15.0), result("onnxruntime", 8, 90.0),
-                                   result("torch-cuda", 1, 0, False)], "Xeon A"), a)
-    report.write_json(make_report([result("onnxruntime", 1, 5.0), result("onnxruntime", 8, 100.0)], "Xeon B"), b)
-    merged = report.merge_reports([a, b])
-    assert merged["schema"] == report.SCHEMA
+    write_json(make_report([result("onnxruntime", 1, 15.0), result("onnxruntime", 8, 90.0),
+                            result("torch-cuda", 1, 0, False)], "Xeon A"), a)
+    write_json(make_report([result("onnxruntime", 1, 5.0), result("onnxruntime", 8, 100.0)], "Xeon B"), b)
+    merged = merge_reports([a, b])
+    assert merged["schema"] == SCHEMA
     assert {r["device_label"] for r in merged["results"]} == {"Xeon A", "Xeon B"}
     assert [s["fingerprint"]["cpu"] for s in merged["sources"]] == ["Xeon A", "Xeon B"]
     assert any(not r["available"] for r in merged["results"])  # kept, not dropped
-    ranks = report.ranking(merged)
+    ranks = ranking(merged)
     assert [r["device_label"] for r in ranks[1]] == ["Xeon B", "Xeon A"]
     assert [r["device_label"] for r in ranks[8]] == ["Xeon A", "Xeon B"]
     with pytest.raises(UsageError, match="across different batch sizes"):
-        report.ranking(merged, across_batches=True)
-    files = report.write_all({**merged, "ranking": {"1": ["Xeon B onnxruntime", "Xeon A onnxruntime"]}},
-                             tmp_path / "merged")
+        ranking(merged, across_batches=True)
+    files = write_all({**merged, "ranking": {"1": ["Xeon B onnxruntime", "Xeon A onnxruntime"]}},
+                      tmp_path / "merged")
     markdown = open(files["md"]).read()
     assert "**Xeon A**" in markdown and "**Xeon B**" in markdown and "## Batch 8" in markdown
     assert "batch 1: Xeon B onnxruntime < Xeon A onnxruntime" in markdown
     assert {r["device"] for r in csv.DictReader(open(files["csv"]))} == {"Xeon A", "Xeon B"}
-    assert "device" in render(report.rich_table(merged))
+    assert "device" in render(rich_table(merged))
 
 
 def test_single_ranking_is_allowed_at_one_batch_size(tmp_path):
     data = make_report([result("torch", 4, 20.0), result("onnxruntime", 4, 15.0), result("x", 4, 0, False)])
-    ranks = report.ranking(data, across_batches=True)
+    ranks = ranking(data, across_batches=True)
     assert list(ranks) == [4] and [r["backend"] for r in ranks[4]] == ["onnxruntime", "torch"]
 
 
 def test_refuses_to_rank_reports_with_no_common_batch(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    report.write_json(make_report([result("onnxruntime", 1, 15.0)], "Xeon A"), a)
-    report.write_json(make_report([result("onnxruntime", 8, 90.0)], "Xeon B"), b)
+    write_json(make_report([result("onnxruntime", 1, 15.0)], "Xeon A"), a)
+    write_json(make_report([result("onnxruntime", 8, 90.0)], "Xeon B"), b)
     with pytest.raises(UsageError, match="different batch sizes"):
-        report.ranking(report.merge([a, b]))
+        ranking(merge([a, b]))
 
 
 def test_same_machine_twice_is_still_told_apart(tmp_path):
     a, b = tmp_path / "monday.json", tmp_path / "tuesday.json"
     for path in (a, b):
-        report.write_json(make_report([result("torch", 1, 20.0)], "Intel(R) Xeon(R) Gold 6130 CPU @ 2.10GHz"), path)
-    labels = [r["device_label"] for r in report.merge([a, b])["results"]]
+        write_json(make_report([result("torch", 1, 20.0)], "Intel(R) Xeon(R) Gold 6130 CPU @ 2.10GHz"), path)
+    labels = [r["device_label"] for r in merge([a, b])["results"]]
     assert labels == ["Intel Xeon Gold 6130 [monday]", "Intel Xeon Gold 6130 [tuesday]"]
-    same = [r["device_label"] for r in report.merge([a, a])["results"]]
+    same = [r["device_label"] for r in merge([a, a])["results"]]
     assert len(set(same)) == 2
 
 
 def test_merge_warns_about_different_settings(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    report.write_json(make_report([result("torch", 1, 20.0)], "Xeon A", threads=2), a)
-    report.write_json(make_report([result("torch", 1, 20.0)], "Xeon B", threads=8, label="jetson"), b)
-    merged = report.merge([a, b])
+    write_json(make_report([result("torch", 1, 20.0)], "Xeon A", threads=2), a)
+    write_json(make_report([result("torch", 1, 20.0)], "Xeon B", threads=8, label="jetson"), b)
+    merged = merge([a, b])
     assert any("thread counts" in w for w in merged["warnings"])
     assert {r["device_label"] for r in merged["results"]} == {"Xeon A", "jetson"}
 
@@ -149,22 +156,22 @@ def test_rejects_files_that_are_not_bench_reports(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text('{"schema": "something-else"}')
     with pytest.raises(UsageError, match="not a vitexport bench report"):
-        report.load(bad)
+        load(bad)
     bad.write_text('{"schema": "vitexport.bench/2", "results": []}')
     with pytest.raises(UsageError, match="vitexport.bench/2"):
-        report.load(bad)
+        load(bad)
     bad.write_text("not json")
     with pytest.raises(UsageError, match="it is not readable JSON"):
-        report.load(bad)
+        load(bad)
     with pytest.raises(UsageError):
-        report.merge([])
+        merge([])
 
 
 def test_gpu_rows_are_not_shown_against_the_cpu_rate():
     legacy = result("torch-cuda", 1, 3.0, provider="torch-cuda", roofline_fraction=6.5)  # written before the basis
     measured = result("torch-cuda", 1, 3.0, provider="torch-cuda", roofline_fraction=0.3, roofline_basis="cuda")
-    assert report.roofline_fraction(legacy) is None and report.roofline_fraction(measured) == 0.3
-    assert report.roofline_fraction(result("onnxruntime", 1, 5.0, roofline_fraction=0.5)) == 0.5
+    assert roofline_fraction(legacy) is None and roofline_fraction(measured) == 0.3
+    assert roofline_fraction(result("onnxruntime", 1, 5.0, roofline_fraction=0.5)) == 0.5
 
 
 # The column list drives every output; these pin what each output's columns are and that they agree.
@@ -191,38 +198,38 @@ def full_report():
 
 
 def test_csv_header_is_fixed(tmp_path):
-    assert report.CSV_FIELDS == (
+    assert CSV_FIELDS == (
         "device", "model", "backend", "provider", "precision", "batch_size", "status", "p50_ms", "p90_ms", "p99_ms",
         "mean_ms", "std_ms", "min_ms", "max_ms", "throughput_ips", "cv", "unstable", "iterations", "rounds",
         "round_spread", "load_s", "first_inference_ms", "artifact_mb", "peak_rss_mb", "peak_gpu_mb",
         "roofline_fraction", "roofline_basis", "p50_change_vs_baseline", "change_low_vs_baseline",
         "change_high_vs_baseline", "verdict_vs_baseline", "knee")
     for data in (full_report(), make_report([result("torch", 1, 20.0)])):  # the same header for any report
-        report.write_csv(data, tmp_path / "r.csv")
-        assert tuple(next(csv.reader(open(tmp_path / "r.csv")))) == report.CSV_FIELDS
+        write_csv(data, tmp_path / "r.csv")
+        assert tuple(next(csv.reader(open(tmp_path / "r.csv")))) == CSV_FIELDS
 
 
 def test_table_headers_show_conditional_columns_only_when_they_have_values():
-    assert report.table_columns(full_report()) == FULL_MARKDOWN
-    assert [c.header for c in report.rich_table(full_report()).columns] == FULL_TERMINAL
+    assert table_columns(full_report()) == FULL_MARKDOWN
+    assert [c.header for c in rich_table(full_report()).columns] == FULL_TERMINAL
     plain = make_report([result("torch", 1, 20.0)])
-    assert report.table_columns(plain) == \
+    assert table_columns(plain) == \
         [h for h in FULL_MARKDOWN if h not in ("device", "peak GPU MB", "of GEMM", "vs baseline", "knee")]
-    assert [c.header for c in report.rich_table(plain).columns] == \
+    assert [c.header for c in rich_table(plain).columns] == \
         [h for h in FULL_TERMINAL if h not in ("device", "GPU", "roof", "vs base", "knee")]
 
 
 def test_every_column_reaches_its_outputs_consistently():
     data = full_report()
-    columns = report.COLUMNS
+    columns = COLUMNS
     assert len({c.key for c in columns}) == len(columns)
     assert all(c.csv or c.markdown or c.terminal for c in columns)
-    assert report.CSV_FIELDS == tuple(c.csv for c in columns if c.csv)
-    assert report.table_columns(data) == [c.markdown for c in columns if c.markdown]
-    table = report.rich_table(data)
+    assert CSV_FIELDS == tuple(c.csv for c in columns if c.csv)
+    assert table_columns(data) == [c.markdown for c in columns if c.markdown]
+    table = rich_table(data)
     assert [c.header for c in table.columns] == [c.terminal for c in columns if c.terminal]
     # Every row fills every column, and a column's Markdown and CSV agree on a row that ran.
-    records, body = report.csv_records(data), report.table_rows(data)
+    records, body = csv_records(data), table_rows(data)
     assert all(len(row) == len(FULL_MARKDOWN) for row in body)
     assert all(len(c._cells) == len(body) for c in table.columns)
     assert body[1][FULL_MARKDOWN.index("of GEMM")] == "30%" and records[1]["roofline_fraction"] == 0.3
@@ -243,16 +250,16 @@ def test_every_column_reaches_its_outputs_consistently():
 
 
 def test_a_new_column_is_one_entry_in_the_list(monkeypatch):
-    energy = report.Column(key="energy", csv="joules_per_image", markdown="J/image", terminal="J/img",
-                           value=lambda row: row.get("joules_per_image"), fmt=lambda v: f"{v:.3f}",
-                           compact=lambda v: f"{v:.2f}")
-    monkeypatch.setattr(report, "COLUMNS", report.COLUMNS + (energy,))
+    energy = Column(key="energy", csv="joules_per_image", markdown="J/image", terminal="J/img",
+                    value=lambda row: row.get("joules_per_image"), fmt=lambda v: f"{v:.3f}",
+                    compact=lambda v: f"{v:.2f}")
+    monkeypatch.setattr(tables, "COLUMNS", tables.COLUMNS + (energy,))
     data = make_report([result("torch", 1, 20.0, joules_per_image=0.125), result("x", 1, 0, False)])
-    assert report.table_columns(data)[-1] == "J/image"
-    assert [row[-1] for row in report.table_rows(data)] == ["0.125", ""]
-    table = report.rich_table(data)
+    assert table_columns(data)[-1] == "J/image"
+    assert [row[-1] for row in table_rows(data)] == ["0.125", ""]
+    table = rich_table(data)
     assert table.columns[-1].header == "J/img" and table.columns[-1]._cells == ["0.12", ""]
-    assert [r.get("joules_per_image") for r in report.csv_records(data)] == [0.125, None]
+    assert [r.get("joules_per_image") for r in csv_records(data)] == [0.125, None]
 
 
 # --- what explains the timings: conditions, rooflines, the verdict -------------------------------------------
@@ -271,14 +278,14 @@ def test_rooflines_are_described_with_every_library_and_the_peak(tmp_path):
                                  "note": "the measured rate is above this: ... (at least 3.14 GHz)"}}
     data["roofline_int8"] = {"basis": "cpu-int8", "n": 2048, "threads": 2, "gflops": 300.0, "library": "onnxruntime",
                              "libraries": {"onnxruntime": {"gflops": 300.0}}, "peak": {"gflops": None}}
-    lines = report.roofline_lines(data)
+    lines = roofline_lines(data)
     assert lines[0].startswith("CPU fp32 GEMM (2048³, 2 threads, measured inside the timed rounds): best 201 GFLOP/s "
                                "in openvino (also numpy 199); not measured: torch: torch is not installed; "
                                "theoretical peak 166 GFLOP/s (2 cores × 32 per cycle")
     assert "(at least 3.14 GHz)" in lines[0]
     assert lines[1].startswith("CPU int8 GEMM") and "300 GOP/s" in lines[1] and "peak unknown" in lines[1]
     assert lines[2].startswith("onnxruntime int8 batch 1: 130% of the cpu-int8 GEMM rate")
-    markdown = report.write_all(data, tmp_path / "r")["md"]
+    markdown = write_all(data, tmp_path / "r")["md"]
     assert "## Roofline" in open(markdown).read()
 
 
@@ -297,16 +304,16 @@ def test_the_conditions_and_the_verdicts_are_in_words(tmp_path):
         entry, {**entry, "row": "torch fp32 batch 1", "baseline_row": "torch fp32 batch 1", "verdict": "inconclusive",
                 "why": "the interval reaches past 1.05x", "regressed": False}],
         "unmatched": [], "regressions": [entry], "inconclusive": []}
-    lines = report.baseline_lines(data["baseline"])
+    lines = baseline_lines(data["baseline"])
     assert lines[0].startswith("Compared with main/tiny.onnx (artifacts measured in the same rounds): 2 rows, 1 slower")
     assert lines[1] == ("slower: onnxruntime fp32 batch 1 (tiny.onnx) 1.30x (95% interval 1.27-1.33x, 20 rounds), "
                         "p50 26 ms vs 20 ms, limit 1.05x")
     assert lines[2].startswith("inconclusive: torch fp32 batch 1 1.30x") and lines[2].endswith("reaches past 1.05x")
-    markdown = open(report.write_all(data, tmp_path / "r")["md"]).read()
+    markdown = open(write_all(data, tmp_path / "r")["md"]).read()
     assert ("Conditions during the run: threads 2; 20 rounds in 14 s; steal 0.4% (max 3% in a round); reference kernel "
             "118 GFLOP/s (64-134); clock 2.60 GHz (cpuinfo); 2 phase changes, 6 of 20 rounds disturbed.") in markdown
     assert "| +30% (+27%..+33%) > 5% |" in markdown
-    table = render(report.rich_table(data))
+    table = render(rich_table(data))
     assert "+30%>5%" in table
 
 
@@ -317,9 +324,9 @@ def test_compare_names_machines_with_brackets_and_their_conditions(tmp_path, cap
     for path in (a, b):
         data = make_report([result("torch", 1, 20.0)], "Xeon")
         data["conditions"] = {"threads": 2, "rounds": 8, "seconds": 4.0, "phase_changes": 0, "disturbed_rounds": 0}
-        report.write_json(data, path)
-    merged = report.merge([a, b])
-    merged["ranking"] = {"1": [f"{r['device_label']} {r['backend']}" for r in report.ranking(merged)[1]]}
+        write_json(data, path)
+    merged = merge([a, b])
+    merged["ranking"] = {"1": [f"{r['device_label']} {r['backend']}" for r in ranking(merged)[1]]}
     merged["files"] = {}
     compare_report(merged)
     out = capsys.readouterr().out
@@ -329,13 +336,13 @@ def test_compare_names_machines_with_brackets_and_their_conditions(tmp_path, cap
 
 def test_report_files_replace_only_a_vitexport_report(tmp_path):
     data = make_report([result("torch", 1, 20.0)])
-    report.write_all(data, tmp_path / "bench")
-    report.write_all(data, tmp_path / "bench")  # a report vitexport wrote is replaced
+    write_all(data, tmp_path / "bench")
+    write_all(data, tmp_path / "bench")  # a report vitexport wrote is replaced
     (tmp_path / "notes.md").write_text("my notes\n")
     (tmp_path / "dir.csv").mkdir()
     for stem, named in (("notes", "notes.md"), ("dir", "dir.csv")):
         with pytest.raises(UsageError, match=named):
-            report.write_all(data, tmp_path / stem)
+            write_all(data, tmp_path / stem)
     assert (tmp_path / "notes.md").read_text() == "my notes\n" and (tmp_path / "dir.csv").is_dir()
     assert not list(tmp_path.glob("notes.*json")) and not list(tmp_path.glob(".*partial*"))
 
@@ -346,7 +353,7 @@ def test_compare_never_writes_over_a_report_it_was_given(tmp_path):
     from vitexport.cli.app import app
 
     given = tmp_path / "a.json"
-    report.write_json(make_report([result("torch", 1, 20.0)]), given)
+    write_json(make_report([result("torch", 1, 20.0)]), given)
     before = given.read_bytes()
     run = CliRunner().invoke(app, ["compare", str(given), "--out", str(tmp_path / "a")])
     assert run.exit_code == 2 and "a.json is one of the reports given" in run.output
@@ -355,14 +362,14 @@ def test_compare_never_writes_over_a_report_it_was_given(tmp_path):
 
 def test_an_interrupted_report_write_leaves_the_previous_set(tmp_path, monkeypatch):
     first = make_report([result("torch", 1, 20.0)])
-    files = report.write_all(first, tmp_path / "bench")
+    files = write_all(first, tmp_path / "bench")
     before = {k: open(v, "rb").read() for k, v in files.items()}
 
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(report, "write_plot", interrupted)
+    monkeypatch.setattr(report_files, "write_plot", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        report.write_all(make_report([result("torch", 1, 30.0)]), tmp_path / "bench")
+        write_all(make_report([result("torch", 1, 30.0)]), tmp_path / "bench")
     assert {k: open(v, "rb").read() for k, v in files.items()} == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"bench.{e}" for e in report.REPORT_SUFFIXES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"bench.{e}" for e in REPORT_SUFFIXES)

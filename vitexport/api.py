@@ -15,10 +15,10 @@ package (`vitexport.backends.NAME.options`) and subclasses `ExportOptions`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vitexport.backends.base import ExportOptions, RunOptions
-from vitexport.bench.run import bench
+from vitexport.bench import run as _run
 from vitexport.export.pipeline import Gate, export, verify
 from vitexport.models.sources import SourceSpec
 
@@ -26,6 +26,18 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["build_model", "export", "verify", "bench", "ExportOptions", "Gate", "RunOptions", "SourceSpec"]
+
+
+def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str, **options: Any) -> dict[str, Any]:
+    """Time `targets` (bench rows: "torch", "onnxruntime", "openvino", ...) at `batches` (or "auto") on
+    the model of `spec`, or on `artifacts=[...]` already exported; write the report files (JSON, CSV,
+    Markdown, plot) into `out_dir` and return the report. Every keyword of `vitexport bench` is an
+    option here (threads, budget_s, rounds, baseline, max_slowdown, ...: see
+    `vitexport.bench.run.bench`). Slower than a baseline beyond its margin raises RegressionError
+    carrying the report, after the files are written."""
+    from vitexport.report.files import write_all
+
+    return _run.bench(spec, targets, batches, write_files=write_all, **options)
 
 
 def build_model(spec: SourceSpec | str) -> "torch.nn.Module":

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vitexport.cli import app as cli
+from vitexport.cli.app import app
 
 from vitexport.export import sidecar
 from vitexport.backends.tensorrt import bundle
@@ -56,7 +56,7 @@ def test_bundle_is_the_engines_jetson_package_and_its_check_runs_with_the_stand_
     run = run_check(device, "--stand-in", "onnxruntime")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "stand-in for TensorRT" in run.stdout and "random-b4" in run.stdout
-    judged = CliRunner().invoke(cli.app, ["verify", "--device-report", str(device / "device-report.json")])
+    judged = CliRunner().invoke(app, ["verify", "--device-report", str(device / "device-report.json")])
     assert judged.exit_code == 0 and "stand-in" in judged.stdout
     without = run_check(device)  # no TensorRT here: the runtime is missing, nothing is built
     assert without.returncode == 3 and "TensorRT cannot run here" in without.stderr
@@ -65,7 +65,7 @@ def test_bundle_is_the_engines_jetson_package_and_its_check_runs_with_the_stand_
 
 def test_package_of_an_engine_matches_its_bundle(engine, tmp_path):
     path, result = engine
-    made = CliRunner().invoke(cli.app, ["package", str(path), "--target", "jetson", "--out", str(tmp_path), "--json"])
+    made = CliRunner().invoke(app, ["package", str(path), "--target", "jetson", "--out", str(tmp_path), "--json"])
     assert made.exit_code == 0, made.stderr
     folder = Path(json.loads(made.stdout)["package"])
     assert folder.name == f"{path.stem}-tensorrt-jetson"
@@ -74,7 +74,7 @@ def test_package_of_an_engine_matches_its_bundle(engine, tmp_path):
     assert packaged["runner"]["settings"]["trtexec"] == bundled["runner"]["settings"]["trtexec"]
     assert path.name + ".json" in packaged["files"]  # the engine's sidecar records how it was built
     for target in ("ios", "android", "macos"):
-        refused = CliRunner().invoke(cli.app, ["package", str(path), "-t", target, "--out", str(tmp_path)])
+        refused = CliRunner().invoke(app, ["package", str(path), "-t", target, "--out", str(tmp_path)])
         assert refused.exit_code == 2 and "NVIDIA GPUs" in refused.stderr
 
 

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from vitexport import api, backends
 
-from vitexport.cli import app as cli
+from vitexport.cli.app import app
+from vitexport.cli.exports import export_command, option_params
 
 from vitexport.export import sidecar
 from vitexport.backends.base import Backend, ExportOptions
@@ -91,7 +92,7 @@ def test_defaults_are_valid_and_recorded_as_plain_data(name):
 def test_every_flag_reaches_the_options(name):
     """Each field becomes a CLI flag whose value arrives in the dataclass unchanged."""
     be = backends.get(name)
-    params = {f.name: (param, convert) for f, param, convert in cli.option_params(be.Options)}
+    params = {f.name: (param, convert) for f, param, convert in option_params(be.Options)}
     assert set(params) == {f.name for f in dataclasses.fields(be.Options) if f.metadata.get("cli", True)}
     for f in (f for f in dataclasses.fields(be.Options) if f.metadata.get("cli", True)):
         param, convert = params[f.name]
@@ -136,13 +137,13 @@ def test_a_new_backend_is_exported_verified_benchmarked_and_reported(pt2, tmp_pa
 
 
 def test_a_new_backend_gets_its_cli_command(pt2, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli.app, "registered_commands", list(cli.app.registered_commands))
-    cli.app.command("pt2")(cli.export_command(pt2))
+    monkeypatch.setattr(app, "registered_commands", list(app.registered_commands))
+    app.command("pt2")(export_command(pt2))
     runner = CliRunner()
-    help_text = runner.invoke(cli.app, ["pt2", "--help"]).stdout
+    help_text = runner.invoke(app, ["pt2", "--help"]).stdout
     assert "--strict" in help_text and "--dynamic-batch" in help_text
-    result = runner.invoke(cli.app, ["pt2", "--config", "tiny", "--set", "depth=1", "--strict", "--out",
-                                     str(tmp_path), "--json"])
+    result = runner.invoke(app, ["pt2", "--config", "tiny", "--set", "depth=1", "--strict", "--out",
+                                 str(tmp_path), "--json"])
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["backend"] == "pt2" and data["options"]["strict"] is True and data["parity"]["passed"]

@@ -12,13 +12,13 @@ import pytest
 from device_harness import copy_to_device, run_check
 from typer.testing import CliRunner
 
-from vitexport.cli import app as cli
+from vitexport.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def verify(report: Path, *args: str):
-    return CliRunner().invoke(cli.app, ["verify", "--device-report", str(report), *args])
+    return CliRunner().invoke(app, ["verify", "--device-report", str(report), *args])
 
 
 def test_a_copied_linux_package_proves_itself_and_verify_accepts_its_report(onnx_package, tmp_path):
@@ -162,7 +162,7 @@ def test_verify_refuses_mixing_an_artifact_with_a_device_report(onnx_package):
     for args in (["verify", str(onnx_package / "x.onnx"), "--device-report", str(report)],
                  ["verify", "--device-report", str(report), "--images", "samples/images"],
                  ["verify", "--package", str(onnx_package)], ["verify"]):
-        result = CliRunner().invoke(cli.app, args)
+        result = CliRunner().invoke(app, args)
         assert result.exit_code == 2 and result.stderr.count("\n") == 1, (args, result.stderr)
 
 

@@ -13,7 +13,7 @@ import pytest
 from device_harness import run_check
 from typer.testing import CliRunner
 
-from vitexport.cli import app as cli
+from vitexport.cli.app import app
 
 from vitexport.export import sidecar
 from vitexport.deploy import golden, manifest
@@ -85,7 +85,7 @@ def test_images_are_carried_preprocessed_with_a_dynamic_batch(exported, tmp_path
     run = run_check(folder)
     assert run.returncode == 0, run.stderr
     assert "images" in run.stdout
-    judged = CliRunner().invoke(cli.app, ["verify", "--device-report", str(folder / "device-report.json"), "--json"])
+    judged = CliRunner().invoke(app, ["verify", "--device-report", str(folder / "device-report.json"), "--json"])
     assert judged.exit_code == 0, judged.stderr
     assert json.loads(judged.stdout)["parity"]["images"]["count"] == 5
 
@@ -155,18 +155,18 @@ def test_failed_damaged_or_unmovable_artifacts_are_refused(exported, tmp_path):
 
 def test_the_package_command(exported, tmp_path):
     runner = CliRunner()
-    result = runner.invoke(cli.app, ["package", str(exported("onnx")), "--target", "macos", "--out", str(tmp_path),
-                                     "--json", "--quiet"])
+    result = runner.invoke(app, ["package", str(exported("onnx")), "--target", "macos", "--out", str(tmp_path),
+                                 "--json", "--quiet"])
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["target"] == "macos" and data["files"] == len(manifest.read(Path(data["package"]))["files"])
     assert data["manifest_sha256"] == manifest.digest(Path(data["package"]))
-    text = runner.invoke(cli.app, ["package", str(exported("onnx")), "-t", "macos", "--out", str(tmp_path), "-q"])
+    text = runner.invoke(app, ["package", str(exported("onnx")), "-t", "macos", "--out", str(tmp_path), "-q"])
     assert text.exit_code == 0 and "python3 check.py" in text.stdout and "--device-report" in text.stdout
     for args, words in ((["--target", "nowhere"], "--target must be one of"), ([], "--target")):
-        bad = runner.invoke(cli.app, ["package", str(exported("onnx")), *args, "--out", str(tmp_path)])
+        bad = runner.invoke(app, ["package", str(exported("onnx")), *args, "--out", str(tmp_path)])
         assert bad.exit_code == 2 and words in bad.stderr + bad.stdout
-    missing = runner.invoke(cli.app, ["package", str(tmp_path / "none.onnx"), "-t", "linux"])
+    missing = runner.invoke(app, ["package", str(tmp_path / "none.onnx"), "-t", "linux"])
     assert missing.exit_code == 2 and "artifact not found" in missing.stderr
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from vitexport import backends
 
-from vitexport.cli import app as cli
+from vitexport.cli.app import app
 from vitexport.backends.base import DeviceCheck
 from vitexport.deploy import TARGETS, manifest
 from vitexport.deploy.package import package
@@ -171,7 +171,7 @@ def test_a_torchscript_package_proves_itself_with_torch(exported, tmp_path):
     device = copy_to_device(folder, tmp_path)
     run = run_check(device, "--device", "cpu", "--repeats", "2")
     assert run.returncode == 0, run.stdout + run.stderr
-    result = CliRunner().invoke(cli.app, ["verify", "--device-report", str(device / "device-report.json")])
+    result = CliRunner().invoke(app, ["verify", "--device-report", str(device / "device-report.json")])
     assert result.exit_code == 0 and "PyTorch" in result.stdout
 
 
@@ -184,7 +184,7 @@ def test_an_openvino_package_proves_itself_in_the_precision_it_was_checked_in(ex
     report = json.loads((device / "device-report.json").read_text())
     assert report["device"]["inference_precision"] == "fp32"  # pinned: a bf16 CPU would otherwise compute bf16
     assert report["device"]["compile_config"]["INFERENCE_PRECISION_HINT"] == "f32"
-    result = CliRunner().invoke(cli.app, ["verify", "--device-report", str(device / "device-report.json")])
+    result = CliRunner().invoke(app, ["verify", "--device-report", str(device / "device-report.json")])
     assert result.exit_code == 0 and "OpenVINO" in result.stdout
 
 

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from vitexport import backends
 from vitexport.cli.app import app
-from vitexport.matrix.plan import PlanError, load_plan
+from vitexport.matrix.plan import load_plan
+from vitexport.matrix.plan_values import PlanError
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = """

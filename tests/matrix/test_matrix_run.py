@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vitexport.report import tables as report
+from vitexport.bench.stored import load
+from vitexport.report.files import csv_records
 from vitexport.cli.app import app
 from vitexport.matrix.plan import load_plan
 from vitexport.matrix.run import run
@@ -100,8 +101,8 @@ def test_every_cell_passes_and_is_timed(first):
         ("tiny-depth1", "local", 1, 2), ("small-depth1", "local", 1, 2)}
     for ext in ("json", "csv", "md", "png"):
         assert Path(merged["files"][ext]).is_file()
-    assert len(report.csv_records(merged)) == 4
-    assert len(report.load(out / "reports" / "local.json")["results"]) == 4  # `vitexport compare` reads it
+    assert len(csv_records(merged)) == 4
+    assert len(load(out / "reports" / "local.json")["results"]) == 4  # `vitexport compare` reads it
     assert "Fastest verified artifact" in Path(merged["files"]["md"]).read_text()
 
 

@@ -23,7 +23,7 @@ from vitexport.core.options import check_fields, option
 if TYPE_CHECKING:
     import numpy as np
 
-    from vitexport.verify.checks import Divergence, Finding
+    from vitexport.verify.parity import Divergence, Finding
     from vitexport.verify.parity import Tolerance
     from vitexport.export.sidecar import ArtifactRecord
     from vitexport.models.sources import LoadedModel

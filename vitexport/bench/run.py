@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from vitexport import backends
 
@@ -30,7 +30,8 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
           roofline: bool = True, label: str | None = None, allow_fallback: bool = False, trust_code: bool = False,
           baseline: str | Path | list | None = None, max_slowdown: float | None = None, rounds: int | None = None,
           progress: ProgressLike = None, latency_budget_ms: float | None = None,
-          recheck_s: float | None = None) -> dict[str, Any]:
+          recheck_s: float | None = None,
+          write_files: Callable[[dict, Path], dict] | None = None) -> dict[str, Any]:
     """Measure each target at each batch size on identical feeds, each row in its own worker process,
     the rows taking turns in short rounds (`rounds`: how many; default: enough bursts of about
     0.25 s to fill `budget_s`, at least 8).
@@ -40,7 +41,9 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
 
     `baseline`: a stored bench report of this machine, or artifacts (one or more) measured in the
     same rounds as the candidates and matched to them like report rows. Rows slower beyond the margin
-    raise RegressionError carrying the report, after its files are written; rows that cannot be told
+    raise RegressionError carrying the report, after its files are written (by `write_files(report, stem)`,
+    which the API passes: vitexport.report.files.write_all; this room makes the report, showing it is
+    the report room's); rows that cannot be told
     apart from noise are measured again for up to `recheck_s` (default `budget_s`), then called
     inconclusive in `report["warnings"]`.
 
@@ -49,7 +52,6 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
     or RuntimeFailure) is raised carrying the report."""
     from vitexport.bench import fingerprint
     from vitexport.bench import regression
-    from vitexport.report import tables as reports
     from vitexport.export.staging import prepare_out_dir
 
     known = backends.bench_targets()
@@ -83,7 +85,8 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
         report = measure_all(spec, targets, settings, artifacts=[Path(a) for a in artifacts], out=out, label=label,
                              trust_code=trust_code, old=old, old_path=old_path, base_artifacts=base_artifacts,
                              progress=reporter)
-    report["files"] = reports.write_all(report, out / f"bench-{safe_name(report['model'])}")
+    if write_files is not None:
+        report["files"] = write_files(report, out / f"bench-{safe_name(report['model'])}")
     comparison = report.get("baseline")
     if comparison and comparison["regressions"]:
         raise RegressionError(regression.bench_message(comparison), report)
@@ -117,7 +120,7 @@ def parse_baseline(baseline) -> tuple[dict | None, Path | None, list[Path]]:
 
 def load_bench_baseline(path: Path) -> dict:
     """A single machine's bench report (a merged `compare` report mixes machines)."""
-    from vitexport.report.tables import is_merged, load
+    from vitexport.bench.stored import is_merged, load
 
     report = load(Path(path))
     for i, row in enumerate(report["results"], 1):  # a hand-edited file may hold anything
@@ -166,7 +169,7 @@ def measure_all(spec: SourceSpec | None, targets: list[str], settings: Settings,
     from vitexport.bench import conditions
     from vitexport.bench import fingerprint
     from vitexport.bench import regression
-    from vitexport.report import tables as reports
+    from vitexport.bench import stored as reports
 
     known = backends.bench_targets()
     sources, model_name, gflops = sources_for(spec, [known[t] for t in targets], settings.batches, artifacts, out,

@@ -1,6 +1,6 @@
 """Exception hierarchy and exit codes.
 
-The library raises these; only ``cli.py`` turns them into a one-line message and an exit code.
+The library raises these; only the CLI (``vitexport.cli``) turns them into a one-line message and an exit code.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import numpy as np
 
 from vitexport.core.errors import ParityError, UsageError
 from vitexport.deploy import manifest
+from vitexport.report.names import device_name
 
 SCHEMA = "vitexport.device-report/1"
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -85,17 +86,6 @@ def judge(report_path: str | Path, *, package: str | Path | None = None, atol: f
         raise ParityError(f"{result['backend']} artifact on {device_name(facts)} does not match PyTorch: "
                           + "; ".join(parity.failures[:3]), result)
     return result
-
-
-def device_name(facts: dict[str, Any]) -> str:
-    """The device in a few words: its model (or OS), the runtime and its compute units or provider."""
-    what = str(facts.get("model") or facts.get("cpu") or facts.get("os") or "the device")
-    how = [str(facts[k]) for k in ("runtime", "compute_units") if facts.get(k)]
-    if facts.get("provider") and str(facts["provider"]) not in " ".join(how):
-        how.append(str(facts["provider"]))
-    if facts.get("stand_in"):
-        how.append("stand-in")
-    return what + (f" ({', '.join(how)})" if how else "")
 
 
 def _check_report(report: Any, path: Path) -> None:

@@ -2,6 +2,7 @@
 same pipeline as the single commands, cached by what it depends on, run on this machine or on Ray.
 
     plan.py     the TOML plan, checked whole before any work
+    plan_values.py  reading and checking single plan values
     keys.py     what a cell depends on: its cache key
     cache.py    cell records, written atomically, trusted only while their artifact is intact
     cells.py    one export or timing (wherever it runs), artifacts as bytes

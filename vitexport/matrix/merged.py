@@ -1,5 +1,5 @@
 """The matrix's one report, built with the bench report and `compare` code: a bench report per device
-(`OUT/reports/DEVICE.json`, each one `vitexport compare` reads), merged by `vitexport.report.tables.merge`
+(`OUT/reports/DEVICE.json`, each one `vitexport compare` reads), merged by `vitexport.report.merge.merge`
 into `OUT/matrix-PLAN.{json,csv,md,png}`, plus the `matrix` section: every cell with its export's
 status and parity, and per model the fastest verified artifact on each device at each batch size.
 
@@ -59,8 +59,10 @@ def _is_ours(path: Path) -> bool:
 
 def write(matrix: "Matrix", where: str) -> dict[str, Any]:
     """Write the per-device reports and the merged report; return the merged report."""
-    from vitexport.report import tables as reports
     from vitexport.export.staging import staging
+    from vitexport.report.files import write_csv, write_json
+    from vitexport.report.merge import merge
+    from vitexport.report.plots import write_plot
 
     out, plan = matrix.out, matrix.plan
     check_writable(out, plan)
@@ -70,20 +72,20 @@ def write(matrix: "Matrix", where: str) -> dict[str, Any]:
         path = out / "reports" / f"{device}.json"
         path.parent.mkdir(exist_ok=True)
         with staging(out) as stage:
-            reports.write_json(rep, stage / path.name)
+            write_json(rep, stage / path.name)
             os.replace(stage / path.name, path)
         paths.append(path)
-    merged = reports.merge(paths) if paths else empty_report(plan)
+    merged = merge(paths) if paths else empty_report(plan)
     merged["model"] = plan.name
     merged["matrix"] = section(matrix, where)
     stem = stem_for(plan)
     files = {ext: str(out / f"{stem}.{ext}") for ext in EXTENSIONS}
     merged["files"] = files
     with staging(out) as stage:
-        reports.write_json(merged, stage / f"{stem}.json")
-        reports.write_csv(merged, stage / f"{stem}.csv")
+        write_json(merged, stage / f"{stem}.json")
+        write_csv(merged, stage / f"{stem}.csv")
         write_markdown(merged, stage / f"{stem}.md")
-        reports.write_plot(labelled(merged), stage / f"{stem}.png")
+        write_plot(labelled(merged), stage / f"{stem}.png")
         for ext in ("csv", "md", "png", "json"):  # the JSON, which says the files are ours, last
             os.replace(stage / f"{stem}.{ext}", files[ext])
     return json.loads(Path(files["json"]).read_text())  # as written: NaN and infinities as null
@@ -91,7 +93,7 @@ def write(matrix: "Matrix", where: str) -> dict[str, Any]:
 
 def per_device(matrix: "Matrix") -> dict[str, dict]:
     """One bench report per device that timed something: its rows, machine and settings."""
-    from vitexport.report import tables as reports
+    from vitexport.bench.stored import SCHEMA
 
     out: dict[str, dict] = {}
     for cell in matrix.cells:
@@ -103,7 +105,7 @@ def per_device(matrix: "Matrix") -> dict[str, dict]:
             if rep is None:
                 machine = rec.get("machine") or {}
                 rep = out[cell.device] = {
-                    "schema": reports.SCHEMA, "model": matrix.plan.name, "label": cell.device, "input_shape": None,
+                    "schema": SCHEMA, "model": matrix.plan.name, "label": cell.device, "input_shape": None,
                     "fingerprint": machine.get("fingerprint"), "settings": machine.get("settings"),
                     "roofline": machine.get("roofline"), "results": []}
                 for extra in ("roofline_int8", "roofline_cuda"):
@@ -116,9 +118,9 @@ def per_device(matrix: "Matrix") -> dict[str, dict]:
 
 
 def empty_report(plan) -> dict:
-    from vitexport.report import tables as reports
+    from vitexport.bench.stored import SCHEMA
 
-    return {"schema": reports.SCHEMA, "model": plan.name, "label": None, "merged_from": [], "sources": [],
+    return {"schema": SCHEMA, "model": plan.name, "label": None, "merged_from": [], "sources": [],
             "warnings": [], "settings": None, "fingerprint": None, "results": [], "roofline": None}
 
 
@@ -201,7 +203,7 @@ def labelled(merged: dict) -> dict:
 
 
 def write_markdown(merged: dict, path: Path) -> None:
-    from vitexport.report import tables as reports
+    from vitexport.report import files as reports
 
     m = merged["matrix"]
     lines = [f"# vitexport matrix: {m['name']}", "",

@@ -8,6 +8,7 @@ from vitexport.report.names import jetson_line
 
 
 def machine_line(fp: dict, settings: dict | None) -> str:
+    """The machine a report was measured on: CPU and cores, GPUs, OS, Python, threads, libraries."""
     usable = fp.get("usable_cores") or fp.get("logical_cores") or "?"
     cores = f"{fp.get('physical_cores') or '?'} physical / {usable} usable cores"
     libs = ", ".join(f"{k} {v}" for k, v in (fp.get("libraries") or {}).items())
@@ -20,6 +21,7 @@ def machine_line(fp: dict, settings: dict | None) -> str:
 
 
 def settings_line(settings: dict) -> str:
+    """How each row was timed: the warm-up, when timing stopped, the rounds, the mode."""
     if not settings:
         return ""
     stop = f"{settings['iters']} timed runs" if settings.get("iters") else f"{settings.get('budget_s')} s of timed runs"

@@ -165,7 +165,7 @@ def parity_table(result: dict[str, Any]):
     outputs = sorted({c["output"] for c in parity["checks"]})
     title = f"{result['backend']} vs PyTorch: {', '.join(outputs)} ({result['precision']}, {result['provider']})"
     if result.get("device"):  # a device report: the device's outputs, not this machine's
-        from vitexport.deploy.judge import device_name
+        from vitexport.report.names import device_name
 
         title = f"{result['backend']} on {device_name(result['device'])} vs PyTorch: {', '.join(outputs)} " \
                 f"({result['precision']})"
@@ -295,24 +295,26 @@ def derived(console, info: dict[str, Any]) -> None:
 def bench_report(result: dict[str, Any]) -> None:
     """The bench table, then what explains it: the machine's conditions during the run, the
     rooflines with the theoretical peak, the sweep's knee, the verdict against the baseline."""
-    from vitexport.report import tables as report
     from vitexport.bench.conditions import describe
+    from vitexport.report.names import jetson_line
+    from vitexport.report.prose import baseline_lines, roofline_lines, sweep_lines
+    from vitexport.report.tables import rich_table
 
     console = wide_console()
     title = f"vitexport bench: {result['model']} ({result['settings']['threads']} threads)"
-    print_table(console, report.rich_table(result, title))
+    print_table(console, rich_table(result, title))
     if result.get("conditions"):
         console.print(f"conditions: {escape(describe(result['conditions']))}", highlight=False, soft_wrap=True)
-    for line in report.roofline_lines(result):
+    for line in roofline_lines(result):
         console.print(f"roofline: {escape(line)}", highlight=False, soft_wrap=True)
-    for line in report.sweep_lines(result):
+    for line in sweep_lines(result):
         console.print(f"[bold]throughput sweep:[/bold] {escape(line)}", highlight=False, soft_wrap=True)
-    jetson = report.jetson_line(result.get("fingerprint") or {})
+    jetson = jetson_line(result.get("fingerprint") or {})
     if jetson:
         console.print(jetson, highlight=False)
     if result.get("baseline"):
         colour = {"slower": "red", "inconclusive": "yellow"}
-        for line in report.baseline_lines(result["baseline"]):
+        for line in baseline_lines(result["baseline"]):
             tint = colour.get(line.split(":", 1)[0])
             console.print(f"[{tint}]{escape(line)}[/{tint}]" if tint else escape(line), highlight=False,
                           soft_wrap=True)
@@ -322,12 +324,11 @@ def bench_report(result: dict[str, Any]) -> None:
 
 
 def compare_report(merged: dict[str, Any]) -> None:
-    from vitexport.report import tables as report
-
     from vitexport.bench.conditions import describe
+    from vitexport.report.tables import rich_table
 
     console = wide_console()
-    print_table(console, report.rich_table(merged, "vitexport compare"))
+    print_table(console, rich_table(merged, "vitexport compare"))
     for src in merged.get("sources") or []:  # what each machine was like while its report was measured
         if src.get("conditions"):
             console.print(f"conditions on {escape(src['label'])}: {escape(describe(src['conditions']))}",

@@ -1,0 +1,103 @@
+"""Proving an artifact: `vitexport verify` (an artifact against PyTorch here, or a device's report
+against its package) and `vitexport package` (an artifact with golden data and a check, for the device)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from vitexport.cli.options import AtolOpt, DropOpt, ImagesOpt, JsonOpt, PickleOpt, QuietOpt, RtolOpt, Top1Opt, TrustOpt
+from vitexport.cli.running import handle_errors, progress_for, stdout_to_stderr
+from vitexport.core.errors import RegressionError, UsageError
+
+
+@handle_errors
+def verify(artifact: Annotated[Optional[Path], typer.Argument(
+               help="An artifact written by vitexport (its sidecar beside it).")] = None,
+           as_json: JsonOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, images: ImagesOpt = None,
+           max_batch: Annotated[Optional[int], typer.Option(
+               help="Largest batch checked when the batch is dynamic (default: as exported).")] = None,
+           provider: Annotated[Optional[list[str]], typer.Option(
+               help="ONNX Runtime provider(s) for an .onnx artifact, e.g. CUDAExecutionProvider.")] = None,
+           allow_fallback: Annotated[bool, typer.Option(
+               help="Accept the provider ONNX Runtime falls back to when a requested one cannot start.")] = False,
+           trust_code: TrustOpt = False, allow_pickle: PickleOpt = False,
+           min_top1_agreement: Top1Opt = None, max_accuracy_drop: DropOpt = None,
+           baseline: Annotated[Optional[Path], typer.Option(
+               help="An earlier `verify --json` or export `--json` output: exit 5 when a parity number got worse "
+                    "beyond the margin.")] = None,
+           max_error_growth: Annotated[Optional[float], typer.Option(
+               help="With --baseline: how many times the baseline's max/mean abs error (and cosine distance) "
+                    "is still accepted (default 2).")] = None,
+           quiet: QuietOpt = False,
+           device_report: Annotated[Optional[Path], typer.Option(
+               "--device-report", help="Judge this device-report.json, written by a package's check on the device, "
+                                       "against the package's golden outputs (instead of an ARTIFACT).")] = None,
+           package_dir: Annotated[Optional[Path], typer.Option(
+               "--package", help="With --device-report: the package the check ran from (default: the report's "
+                                 "folder).")] = None,
+           ) -> None:
+    """Re-check an existing artifact against the model recorded in its sidecar, or judge a device report."""
+    from vitexport import api
+    from vitexport.backends.base import RunOptions
+    from vitexport.report.terminal import emit
+
+    if device_report is not None or package_dir is not None:
+        if artifact is not None or device_report is None:
+            raise UsageError("give either an ARTIFACT or --device-report FILE (with --package DIR), not both")
+        given = {"--images": images, "--max-batch": max_batch, "--provider": provider, "--baseline": baseline,
+                 "--max-error-growth": max_error_growth, "--allow-fallback": allow_fallback or None,
+                 "--trust-code": trust_code or None, "--allow-pickle": allow_pickle or None}
+        ignored = [flag for flag, value in given.items() if value is not None]
+        if ignored:
+            raise UsageError(f"{', '.join(ignored)} does not apply to --device-report (the device ran the golden "
+                             "inputs its package holds)")
+        from vitexport.deploy.judge import judge
+
+        emit(judge(device_report, package=package_dir, atol=atol, rtol=rtol,
+                   gate=api.Gate(min_top1_agreement, max_accuracy_drop)), as_json)
+        return
+    if artifact is None:
+        raise UsageError("give an ARTIFACT to verify, or --device-report FILE")
+    run = RunOptions(providers=tuple(provider), allow_fallback=allow_fallback) if provider else RunOptions()
+    try:
+        with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
+            result = api.verify(artifact, atol=atol, rtol=rtol, images=images, max_batch=max_batch, run=run,
+                                trust_code=trust_code, allow_pickle=allow_pickle,
+                                gate=api.Gate(min_top1_agreement, max_accuracy_drop), baseline=baseline,
+                                max_error_growth=max_error_growth, progress=progress)
+    except RegressionError as e:
+        emit(e.result, as_json)
+        raise
+    emit(result, as_json)
+
+
+@handle_errors
+def package(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it).")],
+            target: Annotated[str, typer.Option(
+                "--target", "-t", help="Where it goes: linux, jetson, macos (a Python check), ios (an XCTest) or "
+                                       "android (an instrumented test).")],
+            images: Annotated[Optional[Path], typer.Option(
+                "--images", help="Also carry these images, preprocessed as the check must, among the golden "
+                                 "inputs.")] = None,
+            out: Annotated[Optional[Path], typer.Option(
+                "--out", "-o", help="Folder the package folder goes into (default: the artifact's).")] = None,
+            as_json: JsonOpt = False, trust_code: TrustOpt = False, allow_pickle: PickleOpt = False,
+            force: Annotated[bool, typer.Option(
+                "--force", help="Replace a folder of the package's name that vitexport did not write.")] = False,
+            quiet: QuietOpt = False) -> None:
+    """Write a deploy package: the artifact, golden inputs with PyTorch's outputs, and a check that proves
+    it on the device (judge its report with `vitexport verify --device-report`)."""
+    from vitexport.deploy.package import package as write
+    from vitexport.report.terminal import package_report
+
+    with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
+        result = write(artifact, target, images=images, out_dir=out, trust_code=trust_code, allow_pickle=allow_pickle,
+                       force=force, progress=progress)
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    package_report(result)

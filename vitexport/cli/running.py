@@ -1,0 +1,92 @@
+"""What every command does around its work: a library error becomes one line on stderr and the
+contract's exit code, an interruption says what it left, stdout stays pure JSON under --json, and
+progress goes to stderr (bars on a terminal, lines in a log, nothing with --quiet)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from typing import Callable
+
+import typer
+
+from vitexport.core.errors import ExitCode, ParityError, RegressionError, VitexportError
+from vitexport.core.termination import Terminated
+from vitexport.core.termination import exit_code as interrupted_exit_code
+
+# What an interrupted command leaves, when it is not "nothing at the target path".
+AFTER_INTERRUPTION = {"matrix": "the cells that finished are kept: run it again to resume"}
+
+
+def handle_errors(fn: Callable) -> Callable:
+    """Turn library exceptions into one line on stderr and the contract's exit code."""
+    from vitexport.report.terminal import escape, stderr_console
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        as_json = kwargs.get("as_json", False)
+        try:
+            return fn(*args, **kwargs)
+        except ParityError as e:
+            from vitexport.report.terminal import emit, emit_optimize
+
+            if e.result:
+                (emit_optimize if "candidates" in e.result else emit)(e.result, as_json is True)
+            stderr_console().print(f"[red]parity failed:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(ExitCode.PARITY)
+        except RegressionError as e:  # the command has shown its result and the comparison
+            stderr_console().print(f"[red]regression:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(e.exit_code)
+        except VitexportError as e:
+            stderr_console().print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(e.exit_code)
+        except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM, SIGHUP...: cleanup has run
+            kept = AFTER_INTERRUPTION.get(fn.__name__, "nothing was written at the target path")
+            said(f"interrupted{f' by {e}' if isinstance(e, Terminated) else ''}; {kept}")
+            raise typer.Exit(interrupted_exit_code(e))
+        except typer.Exit:
+            raise
+        except Exception as e:  # a bug, not bad input: one line unless asked for the traceback
+            if os.environ.get("VITEXPORT_DEBUG"):
+                raise
+            stderr_console().print(f"[red]internal error:[/red] {type(e).__name__}: {escape(str(e))} "
+                                   "(set VITEXPORT_DEBUG=1 for a traceback)", highlight=False, soft_wrap=True)
+            raise typer.Exit(ExitCode.FAILURE)
+
+    return wrapper
+
+
+def said(line: str) -> None:
+    """One line on stderr, which may already be gone (a closed terminal sends SIGHUP)."""
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def progress_for(quiet: bool, machine_output: bool = False):
+    """The command's progress reporter (a context manager): bars on a terminal, lines in a log,
+    nothing with --quiet or JSON on stdout."""
+    from vitexport.cli.progressbar import reporter
+
+    return reporter(quiet=quiet, machine_output=machine_output)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr(enabled: bool):
+    """Keep stdout pure JSON: exporters (and C++ libraries beneath them) print to file descriptor 1."""
+    if not enabled:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

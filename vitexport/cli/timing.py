@@ -1,0 +1,194 @@
+"""Timing and choosing: `vitexport bench` (each backend on identical inputs), `optimize` (every
+candidate for a target, the fastest that passes published), `compare` (bench reports from several
+machines merged) and `matrix` (models x targets x devices from a plan)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from vitexport import backends
+from vitexport.cli.options import (ConfigOpt, DropOpt, ImagesOpt, JsonOpt, ModelOpt, NameOpt, OutOpt, PickleOpt,
+                                   QuietOpt, SeedOpt, SetOpt, ShapeOpt, Top1Opt, TrustOpt, WeightsOpt, source_spec)
+from vitexport.cli.running import handle_errors, progress_for, said, stdout_to_stderr
+from vitexport.core.errors import ExitCode, UsageError, VitexportError
+
+
+def _bench_help() -> str:
+    return ", ".join(backends.bench_targets()) + " (repeatable)."
+
+
+def _batches(values: Optional[list[str]]) -> "list[int] | str":
+    """--batch N (repeatable) or --batch auto."""
+    if not values:
+        return [1]
+    if "auto" in [v.strip().lower() for v in values]:
+        if len(values) > 1:
+            raise UsageError("--batch auto sweeps the batch itself; give it alone")
+        return "auto"
+    out = []
+    for v in values:
+        try:
+            out.append(int(v))
+        except ValueError:
+            raise UsageError(f"--batch must be a whole number or auto, got {v!r}") from None
+    return out
+
+
+@handle_errors
+def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
+              help="Artifacts to time (sidecars beside them).")] = None,
+          config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt = None, allow_pickle: PickleOpt = False,
+          input_shape: ShapeOpt = None, overrides: SetOpt = None, seed: SeedOpt = 0,
+          backend: Annotated[Optional[list[str]], typer.Option("--backend", "-b", help=_bench_help())] = None,
+          batch: Annotated[Optional[list[str]], typer.Option(
+              "--batch", help="Batch size (repeatable), or auto: double it until throughput stops improving and "
+                              "report the knee.")] = None,
+          latency_budget_ms: Annotated[Optional[float], typer.Option(
+              help="With --batch auto: the largest p50 latency a batch may have.")] = None,
+          threads: Annotated[Optional[int], typer.Option(help="Threads for torch, ONNX Runtime and OpenMP "
+                                                                "(default: the usable cores).")] = None,
+          warmup_iters: Annotated[int, typer.Option(help="Warm-up runs (at least).")] = 5,
+          warmup_s: Annotated[float, typer.Option(help="Warm-up seconds (at least).")] = 1.0,
+          iters: Annotated[Optional[int], typer.Option(help="Timed runs per row (default: fill --budget-s).")] = None,
+          budget_s: Annotated[float, typer.Option(help="Seconds of timed runs per row.")] = 5.0,
+          roofline: Annotated[bool, typer.Option(help="Also measure the machine's GEMM rates.")] = True,
+          label: Annotated[Optional[str], typer.Option(help="Name of this machine in merged reports.")] = None,
+          allow_fallback: Annotated[bool, typer.Option(
+              help="Accept the provider ONNX Runtime falls back to when a GPU provider cannot start.")] = False,
+          rounds: Annotated[Optional[int], typer.Option(
+              help="Short rounds the rows take turns in (default: bursts of about 0.25 s that fill --budget-s, "
+                   "at least 8).")] = None,
+          trust_code: TrustOpt = False, out: OutOpt = Path("vitexport-out"),
+          json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the JSON report here.")] = None,
+          baseline: Annotated[Optional[list[Path]], typer.Option(
+              help="Artifacts to measure in the same rounds and compare with (repeatable; the CI gate), or an "
+                   "earlier bench JSON report of this machine: exit 5 when a row is slower beyond the margin.")] = None,
+          max_slowdown: Annotated[Optional[float], typer.Option(
+              help="With --baseline: the slowdown in percent the whole interval must exceed to fail (default 5 "
+                   "against artifacts, 10 against a report).")] = None,
+          recheck_s: Annotated[Optional[float], typer.Option(
+              help="With --baseline: seconds per row to measure again what could not be told from noise "
+                   "(default: --budget-s).")] = None,
+          quiet: QuietOpt = False,
+          ) -> None:
+    """Time each backend on identical inputs; print one table, write JSON, CSV, Markdown and a PNG plot."""
+    from vitexport import api
+    from vitexport.report.files import write_json
+    from vitexport.report.terminal import bench_report
+
+    def show(result: dict) -> None:
+        if json_path:
+            write_json(result, json_path)
+        bench_report(result)
+
+    spec = source_spec(config, model, weights, allow_pickle, input_shape, overrides, seed) \
+        if (config or model or not artifacts) else None
+    try:
+        with progress_for(quiet) as progress:  # stdout is the table even with --json PATH: progress stays
+            result = api.bench(spec, backend or ["torch", "onnxruntime"], _batches(batch), artifacts=artifacts or [],
+                               threads=threads, warmup_iters=warmup_iters, warmup_s=warmup_s, iters=iters,
+                               budget_s=budget_s, seed=seed, out_dir=out, roofline=roofline, label=label,
+                               allow_fallback=allow_fallback, trust_code=trust_code, baseline=baseline or None,
+                               max_slowdown=max_slowdown, rounds=rounds, latency_budget_ms=latency_budget_ms,
+                               recheck_s=recheck_s, progress=progress)
+    except VitexportError as e:  # a slower row, or nothing that could run: the table first, then the error
+        result = getattr(e, "result", None)
+        if isinstance(result, dict) and result.get("schema", "").startswith("vitexport.bench/"):
+            show(result)
+        raise
+    show(result)
+
+
+@handle_errors
+def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt = None,
+             allow_pickle: PickleOpt = False, input_shape: ShapeOpt = None, overrides: SetOpt = None,
+             seed: SeedOpt = 0, images: ImagesOpt = None,
+             target: Annotated[str, typer.Option(help="Where the artifact will run: cpu or cuda.")] = "cpu",
+             calibration_images: Annotated[Optional[Path], typer.Option(
+                 help="Images that calibrate the static int8 candidate (default: --images).")] = None,
+             min_top1_agreement: Top1Opt = None, max_accuracy_drop: DropOpt = None,
+             batch: Annotated[Optional[list[int]], typer.Option(
+                 "--batch", help="Batch sizes timed (repeatable; the first one ranks the candidates).")] = None,
+             threads: Annotated[Optional[int], typer.Option(help="Threads for the timing.")] = None,
+             budget_s: Annotated[float, typer.Option(help="Seconds of timed runs per candidate and batch.")] = 5.0,
+             out: OutOpt = Path("vitexport-out"), name: NameOpt = None, as_json: JsonOpt = False,
+             quiet: QuietOpt = False) -> None:
+    """Build every runtime's candidates for the target (ONNX Runtime fp32, optimised, int8, fp16 on a GPU;
+    OpenVINO fp32, bf16, int8 on a CPU), verify each, time them side by side, and publish the fastest
+    that passes its accuracy gate."""
+    from vitexport import api
+    from vitexport.optimize import optimize as run
+    from vitexport.report.terminal import emit_optimize
+
+    spec = source_spec(config, model, weights, allow_pickle, input_shape, overrides, seed)
+    with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
+        result = run(spec, target=target, images=images, calibration_images=calibration_images,
+                     gate=api.Gate(min_top1_agreement, max_accuracy_drop), batches=batch or [1], out_dir=out,
+                     name=name, seed=seed, threads=threads, budget_s=budget_s, progress=progress)
+    emit_optimize(result, as_json)
+
+
+@handle_errors
+def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON reports, e.g. from two machines.")],
+            out: Annotated[Path, typer.Option("--out", "-o", help="Stem of the merged report files.")] =
+            Path("vitexport-out/compare"),
+            as_json: JsonOpt = False) -> None:
+    """Merge bench reports from several machines into one table and plot, ranked per batch size."""
+    from vitexport.bench.stored import check_writable
+    from vitexport.report.files import write_all
+    from vitexport.report.merge import merge, ranking
+    from vitexport.report.terminal import compare_report
+
+    check_writable(out, reports)  # before any work: never over a given report or a user's file
+    merged = merge(reports)
+    ranks = ranking(merged)
+    merged["ranking"] = {str(b): [f"{r['device_label']} {r['backend']}" for r in group] for b, group in ranks.items()}
+    merged["files"] = write_all(merged, out, reports)
+    if as_json:
+        print(json.dumps(merged, indent=2, default=str))
+        return
+    compare_report(merged)
+
+
+@handle_errors
+def matrix(plan: Annotated[Path, typer.Argument(help="The plan: models, targets and bench settings (TOML, see "
+                                                     "the README).")],
+           out: Annotated[Path, typer.Option("--out", "-o", help="Matrix folder: artifacts, cache, reports.")] =
+           Path("vitexport-out/matrix"),
+           workers: Annotated[int, typer.Option(
+               help="Export processes on this machine; timings always run alone.")] = 1,
+           ray: Annotated[Optional[str], typer.Option(
+               "--ray", metavar="local|ADDRESS",
+               help="Run the cells on Ray: `local` starts a cluster here, an ADDRESS joins one (needs "
+                    "vitexport[ray]).")] = None,
+           device: Annotated[str, typer.Option(
+               help="This machine's name among the plan's devices (and a local Ray cluster's device).")] = "local",
+           as_json: JsonOpt = False,
+           quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")] = False,
+           ) -> None:
+    """Export, verify and time models × targets × devices from a plan; cached, resumable, local or on Ray.
+    Exit 4 if a cell failed its check, 1 if one raised, 3 if none could run here."""
+    from vitexport.matrix.plan import load_plan
+    from vitexport.matrix.run import run
+
+    spec = load_plan(plan)
+    with stdout_to_stderr(as_json):
+        result = run(spec, out, workers=workers, ray=ray, device=device, progress=None if quiet else said)
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        from vitexport.matrix.show import summary
+
+        summary(result)
+    code = result["matrix"]["exit_code"]
+    if code:
+        counts = result["matrix"]["counts"]
+        what = {ExitCode.PARITY: f"{counts.get('failed', 0)} cell(s) failed their check",
+                ExitCode.FAILURE: f"{counts.get('error', 0)} cell(s) raised an error",
+                ExitCode.UNAVAILABLE: "no cell could run here"}[code]
+        said(f"matrix: {what} (see {result['files']['md']})")
+        raise typer.Exit(code)

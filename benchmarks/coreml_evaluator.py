@@ -17,8 +17,8 @@ from vitexport import api
 from vitexport.backends.coreml.options import CoreMLOptions
 from vitexport.backends.coreml_common.mil_eval import load_program
 from vitexport.bench.fingerprint import fingerprint
-from vitexport.verify.feeds import random_pixels
 from vitexport.models.sources import SourceSpec
+from vitexport.verify.feeds import random_pixels
 
 
 def median_ms(fn, runs: int = 5) -> float:

@@ -33,10 +33,9 @@ def main() -> None:
     apply_threads(args.threads)  # before numpy, torch, ONNX Runtime or ExecuTorch load
 
     from vitexport import backends
-
-    from vitexport.export import sidecar
     from vitexport.backends.base import RunOptions
     from vitexport.bench.fingerprint import fingerprint
+    from vitexport.export import sidecar
     from vitexport.verify.feeds import random_pixels
 
     runners, labels, feeds = [], [], []

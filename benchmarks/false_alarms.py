@@ -151,8 +151,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.trials < 1:
         parser.error("--trials must be at least 1")
-    from vitexport.models.presets import PRESETS, parse_overrides
     from vitexport.bench.fingerprint import fingerprint
+    from vitexport.models.presets import PRESETS, parse_overrides
 
     args.work.mkdir(parents=True, exist_ok=True)
     labels = [s for s in args.slowdowns.split(",") if s]

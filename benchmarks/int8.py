@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from vitexport import api
-from vitexport.verify.reference import EagerRunner
 from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.bench.fingerprint import fingerprint
 from vitexport.models.sources import SourceSpec, load
+from vitexport.verify.reference import EagerRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUNDS = 5

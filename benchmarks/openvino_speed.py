@@ -35,8 +35,8 @@ import numpy as np
 from vitexport import api
 from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.backends.openvino.options import OpenVinoOptions
-from vitexport.core.errors import ParityError
 from vitexport.bench.fingerprint import fingerprint
+from vitexport.core.errors import ParityError
 from vitexport.models.sources import SourceSpec, load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,9 +127,9 @@ def convert_paths(preset: str, out: Path, rounds: int) -> dict:
     """Section 3: IR converted from the PyTorch module vs from the verified ONNX, fp32 pinned."""
     import openvino
 
-    from vitexport.verify.reference import EagerRunner
     from vitexport.backends.openvino.devices import compile_config, core
     from vitexport.verify.feeds import random_pixels
+    from vitexport.verify.reference import EagerRunner
 
     spec = SourceSpec(preset)
     ir = api.export("openvino", spec, OpenVinoOptions(dynamic_batch=True), out)
@@ -155,11 +155,11 @@ def int8_choices(spec: SourceSpec, images: Path, rounds: int) -> dict:
     """Section 4: each of vitexport's int8 choices against its alternative, from the same fp32 IR."""
     import nncf
 
-    from vitexport.verify.reference import EagerRunner
     from vitexport.backends.openvino import quantize as q
     from vitexport.backends.openvino.convert import convert
     from vitexport.backends.openvino.devices import compile_config, core
     from vitexport.verify.feeds import load_images, random_pixels
+    from vitexport.verify.reference import EagerRunner
 
     loaded = load(spec)
     pre = loaded.preprocessing

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from vitexport.backends.base import Artifact, Availability, Backend, RunOptions, Runner
+from vitexport.backends.base import Artifact, Availability, Backend, Runner, RunOptions
 from vitexport.core.errors import BackendUnavailable
 
 

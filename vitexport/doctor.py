@@ -43,8 +43,14 @@ def doctor(progress: ProgressLike = None) -> dict[str, Any]:
 def machine() -> dict[str, Any]:
     from vitexport.backends import tool_packages
     from vitexport.bench import fingerprint
-    from vitexport.core.environment import (available_memory_bytes, gpus, jetson_facts, jetson_power,
-                              total_memory_bytes, versions)
+    from vitexport.core.environment import (
+        available_memory_bytes,
+        gpus,
+        jetson_facts,
+        jetson_power,
+        total_memory_bytes,
+        versions,
+    )
 
     names, driver, source = gpus()
     jetson = jetson_facts()

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from vitexport import backends
-
-from vitexport.export import sidecar
 from vitexport.backends.base import Candidate
 from vitexport.core.errors import BackendUnavailable, ParityError, UsageError
-from vitexport.export.pipeline import Gate, export
 from vitexport.core.progress import ProgressLike, as_progress
+from vitexport.export import sidecar
+from vitexport.export.pipeline import Gate, export
 from vitexport.models.sources import SourceSpec
 
 TARGETS = ("cpu", "cuda")
@@ -37,9 +36,10 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
     `only`: the backends whose candidates compete (default: every registered one)."""
     progress = as_progress(progress)
     from vitexport.bench.run import bench, check_settings
+    from vitexport.report.files import write_all
     from vitexport.core.options import check_number
-    from vitexport.models.sources import load
     from vitexport.export.staging import prepare_out_dir
+    from vitexport.models.sources import load
 
     if target not in TARGETS:
         raise UsageError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
@@ -76,7 +76,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         timers = list(dict.fromkeys(r["runtime"] for r in passing))
         report = bench(None, timers, list(batches), artifacts=[r["artifact"] for r in passing], threads=threads,
                        warmup_s=min(1.0, budget_s), budget_s=budget_s, seed=seed, out_dir=work, roofline=False,
-                       rounds=rounds, progress=progress)
+                       rounds=rounds, progress=progress, write_files=write_all)
         attach_speed(rows, report, batches[0])
     chosen = fastest(rows)
     published = None

@@ -7,10 +7,11 @@ import pytest
 pytest.importorskip("coremltools")
 
 from zoo_models import ZOO, zoo_spec  # noqa: E402
+
 from vitexport import api
-from vitexport.export import sidecar
 from vitexport.backends.coreml.options import CoreMLOptions  # noqa: E402
 from vitexport.core.errors import ParityError, UsageError  # noqa: E402
+from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec  # noqa: E402
 
 SMALL = SourceSpec("tiny", overrides={"depth": 2})

@@ -5,9 +5,9 @@ import pytest
 
 from vitexport import backends
 from vitexport.backends.base import RunOptions
-from vitexport.verify.reference import EagerRunner
 from vitexport.core.errors import UsageError
 from vitexport.models.sources import SourceSpec, load
+from vitexport.verify.reference import EagerRunner
 
 
 def test_reference_runs_the_model_on_host_arrays():

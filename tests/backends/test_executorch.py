@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-
 from zoo_models import ROOT
+
 from vitexport import api, backends
-from vitexport.export import sidecar
 from vitexport.backends.executorch.options import ExecuTorchOptions
 from vitexport.cli.app import app
 from vitexport.core.errors import BackendUnavailable, ParityError, RuntimeFailure, UsageError
+from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec
 
 needs_executorch = pytest.mark.skipif(importlib.util.find_spec("executorch") is None,

@@ -5,12 +5,12 @@ import json
 from pathlib import Path
 
 import pytest
-
 from zoo_models import ZOO, zoo_spec
+
 from vitexport import api, backends
-from vitexport.export import sidecar
 from vitexport.backends.base import ExportOptions
 from vitexport.core.errors import ExportError, ParityError
+from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec
 
 # Backends that export straight from PyTorch and run on this machine; others have their own tests.

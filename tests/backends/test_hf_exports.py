@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from vitexport import api, backends
-
-from vitexport.export import sidecar
 from vitexport.backends.onnx.options import OnnxOptions
+from vitexport.export import sidecar
 from vitexport.models.hf.architectures import ARCHITECTURES
 from vitexport.models.sources import SourceSpec
 
@@ -131,7 +130,6 @@ def test_bench_and_verify_from_the_sidecar_alone(hf_dir, out_dir, tmp_path):
 def test_base_size_vit_matches_pytorch_at_batch_1_and_8(tmp_path, out_dir):
     pytest.importorskip("transformers")
     import transformers as T
-
     from hf_tiny import save_tiny
 
     config = T.ViTConfig(num_labels=1000)  # ViT-B/16 at 224, randomly initialised

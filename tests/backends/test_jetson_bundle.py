@@ -12,13 +12,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vitexport.cli.app import app
-
-from vitexport.export import sidecar
 from vitexport.backends.tensorrt import bundle
 from vitexport.backends.tensorrt.bundle import build_script, trtexec_lines
 from vitexport.backends.tensorrt.options import TensorRTOptions
+from vitexport.cli.app import app
 from vitexport.core.errors import UsageError
+from vitexport.export import sidecar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
 from device_harness import SPEC, copy_to_device, run_check  # noqa: E402
@@ -82,8 +81,8 @@ def test_an_engine_whose_onnx_changed_is_refused(engine, tmp_path):
     path, _ = engine
     record = sidecar.read(path)
     record.info = dict(record.info, onnx_sha256="0" * 64)
-    from vitexport.deploy import TARGETS
     from vitexport.core.errors import ParityError
+    from vitexport.deploy import TARGETS
 
     with pytest.raises(ParityError, match="changed since the engine was built"):
         bundle.device_check(path, record, TARGETS["jetson"])

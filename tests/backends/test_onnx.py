@@ -5,8 +5,8 @@ import onnx
 import pytest
 
 from vitexport import api
-from vitexport.backends.onnx import export as onnx_export
 from vitexport.backends.base import RunOptions
+from vitexport.backends.onnx import export as onnx_export
 from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.core.errors import ParityError, UsageError
 from vitexport.models.sources import SourceSpec

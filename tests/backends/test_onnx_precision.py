@@ -9,12 +9,12 @@ import numpy as np
 import onnx
 import pytest
 from PIL import Image
-
 from zoo_models import ZOO, zoo_spec
+
 from vitexport import api
-from vitexport.export import sidecar
 from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.core.errors import ParityError, UsageError
+from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,13 +11,12 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from vitexport import api, backends
-
-from vitexport.export import sidecar
 from vitexport.backends.base import RunOptions
 from vitexport.backends.openvino import devices
 from vitexport.backends.openvino.options import OpenVinoOptions
 from vitexport.cli.app import app
 from vitexport.core.errors import BackendUnavailable, RuntimeFailure
+from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec
 
 pytest.importorskip("openvino")
@@ -182,9 +181,9 @@ def test_the_first_divergent_block_is_named(tmp_path):
     import torch
 
     from vitexport.backends.openvino.localize import localize_ir
+    from vitexport.models.sources import load
     from vitexport.verify.feeds import random_pixels
     from vitexport.verify.parity import TOLERANCES
-    from vitexport.models.sources import load
 
     spec = SourceSpec("tiny", overrides={"depth": 3})
     result = api.export("openvino", spec, OpenVinoOptions(), tmp_path)

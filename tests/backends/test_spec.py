@@ -13,14 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from vitexport import api, backends
-
+from vitexport.backends.base import Backend, ExportOptions
 from vitexport.cli.app import app
 from vitexport.cli.exports import export_command, option_params
-
-from vitexport.export import sidecar
-from vitexport.backends.base import Backend, ExportOptions
 from vitexport.core.errors import UsageError
 from vitexport.core.options import flag_of
+from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec
 
 TESTS = Path(__file__).resolve().parent

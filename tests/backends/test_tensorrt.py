@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from zoo_models import ZOO, zoo_spec
+
 from vitexport import api
-from vitexport.core.errors import BackendUnavailable, ExitCode, RuntimeFailure, UsageError
-from vitexport.models.sources import SourceSpec
 from vitexport.backends.tensorrt import generations as trt_api
 from vitexport.backends.tensorrt.options import TensorRTOptions, validate
+from vitexport.core.errors import BackendUnavailable, ExitCode, RuntimeFailure, UsageError
+from vitexport.models.sources import SourceSpec
 
 # --- option rules ------------------------------------------------------------------------------------
 
@@ -601,8 +601,8 @@ def build(small_vit, out: Path, **kwargs):
 
 
 def test_rtx_engine_io_matches_the_onnx(rtx, small_vit, tmp_path):
-    from vitexport.core.environment import sha256_file as sha256
     from vitexport.backends.tensorrt.iocheck import io_differences
+    from vitexport.core.environment import sha256_file as sha256
 
     engine = tmp_path / "vit.engine"
     info = build(small_vit, engine, min_batch=1, opt_batch=2, max_batch=4)

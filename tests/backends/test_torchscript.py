@@ -5,9 +5,8 @@ import pytest
 import torch
 
 from vitexport import api, backends
-
-from vitexport.export import sidecar
 from vitexport.core.errors import ParityError, RuntimeFailure
+from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec
 
 TINY = SourceSpec("tiny", overrides={"depth": 1})

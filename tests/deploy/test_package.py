@@ -14,12 +14,11 @@ from device_harness import run_check
 from typer.testing import CliRunner
 
 from vitexport.cli.app import app
-
-from vitexport.export import sidecar
-from vitexport.deploy import golden, manifest
-from vitexport.deploy.package import package
 from vitexport.core.errors import OutputError, ParityError, UsageError
 from vitexport.core.termination import Terminated
+from vitexport.deploy import golden, manifest
+from vitexport.deploy.package import package
+from vitexport.export import sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "samples" / "images"

@@ -12,12 +12,11 @@ from device_harness import copy_to_device, run_check
 from typer.testing import CliRunner
 
 from vitexport import backends
-
-from vitexport.cli.app import app
 from vitexport.backends.base import DeviceCheck
+from vitexport.cli.app import app
+from vitexport.core.errors import UsageError
 from vitexport.deploy import TARGETS, manifest
 from vitexport.deploy.package import package
-from vitexport.core.errors import UsageError
 from vitexport.export.sidecar import ArtifactRecord
 from vitexport.models.records import SourceRecord
 

@@ -17,10 +17,10 @@ import pytest
 from typer.testing import CliRunner
 
 from vitexport.bench.stored import load
-from vitexport.report.files import csv_records
 from vitexport.cli.app import app
 from vitexport.matrix.plan import load_plan
 from vitexport.matrix.run import run
+from vitexport.report.files import csv_records
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = """

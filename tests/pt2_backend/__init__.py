@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitexport.backends.base import Artifact, Availability, Backend, ExportOptions, RunOptions, Runner
+from vitexport.backends.base import Artifact, Availability, Backend, ExportOptions, Runner, RunOptions
 from vitexport.core.options import option
 
 

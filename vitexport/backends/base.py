@@ -23,10 +23,9 @@ from vitexport.core.options import check_fields, option
 if TYPE_CHECKING:
     import numpy as np
 
-    from vitexport.verify.parity import Divergence, Finding
-    from vitexport.verify.parity import Tolerance
     from vitexport.export.sidecar import ArtifactRecord
     from vitexport.models.sources import LoadedModel
+    from vitexport.verify.parity import Divergence, Finding, Tolerance
 
 DEFAULT_MAX_BATCH = 8  # the largest batch a dynamic-batch artifact is checked at unless told otherwise
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitexport.core.errors import UsageError
 from vitexport.backends.base import Availability, Backend, BenchTarget, Diagnosis, RunOptions
+from vitexport.core.errors import UsageError
 from vitexport.verify.reference import EagerRunner
+
 
 class EagerBackend(Backend):
     name = "torch"

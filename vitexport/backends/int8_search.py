@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+
 def keep_most_sensitive(loaded, options: Any, record, rank: Callable[[Any], Any],
                         scopes_of: Callable[[str], tuple[str, ...]]) -> tuple[Any, str] | None:
     """The options with the next unit kept in float, and a note saying which and why; None when there

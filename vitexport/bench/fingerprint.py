@@ -11,8 +11,8 @@ import platform
 import sys
 from pathlib import Path
 
-from vitexport.bench.measure import THREAD_ENV
 from vitexport.backends import tool_versions
+from vitexport.bench.measure import THREAD_ENV
 from vitexport.core.environment import gpus, jetson_power, jetson_release, now, run_quietly
 
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitexport.bench.conditions import RoundClock
-from vitexport.core.progress import Progress
 from vitexport.bench.stats import median
+from vitexport.core.progress import Progress
 
 REFERENCE_MS = 15  # one reference burst: ~50 products of 0.3 ms on two cores, their median kept
 

@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vitexport import backends
-
-from vitexport.export import sidecar
 from vitexport.backends.base import BenchTarget
 from vitexport.bench.session import AUTO, Planned, Session, Settings, compare
 from vitexport.core.errors import BackendUnavailable, ParityError, RegressionError, RuntimeFailure, UsageError
 from vitexport.core.options import check_number
 from vitexport.core.progress import Progress, ProgressLike, using
+from vitexport.export import sidecar
 from vitexport.export.sidecar import ArtifactRecord
 from vitexport.models.sources import SourceSpec
+
 
 def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str, *, artifacts: list[str | Path] = (),
           threads: int | None = None, warmup_iters: int = 5, warmup_s: float = 1.0, iters: int | None = None,
@@ -50,8 +50,7 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
     Artifacts (and baseline artifacts) whose files differ from their sidecar raise ParityError before
     anything is timed. When no row the user asked for could run, the error of the rows (BackendUnavailable
     or RuntimeFailure) is raised carrying the report."""
-    from vitexport.bench import fingerprint
-    from vitexport.bench import regression
+    from vitexport.bench import fingerprint, regression
     from vitexport.export.staging import prepare_out_dir
 
     known = backends.bench_targets()
@@ -166,9 +165,7 @@ def measure_all(spec: SourceSpec | None, targets: list[str], settings: Settings,
                 label: str | None, trust_code: bool, old: dict | None, old_path: Path | None,
                 base_artifacts: list[Path], progress: Progress) -> dict[str, Any]:
     """The report's measurements: sources, workers, rounds, the baseline's verdict, the roofline."""
-    from vitexport.bench import conditions
-    from vitexport.bench import fingerprint
-    from vitexport.bench import regression
+    from vitexport.bench import conditions, fingerprint, regression
     from vitexport.bench import stored as reports
 
     known = backends.bench_targets()

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitexport.core.progress import Progress
 from vitexport.bench.rounds import REFERENCE_MS, Cell, Probe, Rounds, WorkerProcess
+from vitexport.core.progress import Progress
 
 AUTO = "auto"
 BURST_S = 0.25  # one burst: short enough that two sides of a pair see the same phase of a noisy machine
@@ -284,8 +284,8 @@ class Session:
     @staticmethod
     def _fill_row(row: dict, cell: Cell, p: Planned, close: dict | None = None) -> None:
         """The row's numbers from its cell (again after more rounds; with `close`, its peak memory)."""
-        from vitexport.core.timing import LatencyStats
         from vitexport.bench.stats import relative_spread
+        from vitexport.core.timing import LatencyStats
 
         if cell.failure or not cell.samples:
             failure = cell.failure or {"reason": "no timed runs", "kind": "failed"}

@@ -10,8 +10,15 @@ import sys
 from typing import Iterator
 
 from rich.markup import escape
-from rich.progress import (BarColumn, MofNCompleteColumn, ProgressColumn, SpinnerColumn, TextColumn,
-                           TimeElapsedColumn, TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    ProgressColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.progress import Progress as RichProgress
 from rich.text import Text
 

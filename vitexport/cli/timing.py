@@ -11,8 +11,24 @@ from typing import Annotated, Optional
 import typer
 
 from vitexport import backends
-from vitexport.cli.options import (ConfigOpt, DropOpt, ImagesOpt, JsonOpt, ModelOpt, NameOpt, OutOpt, PickleOpt,
-                                   QuietOpt, SeedOpt, SetOpt, ShapeOpt, Top1Opt, TrustOpt, WeightsOpt, source_spec)
+from vitexport.cli.options import (
+    ConfigOpt,
+    DropOpt,
+    ImagesOpt,
+    JsonOpt,
+    ModelOpt,
+    NameOpt,
+    OutOpt,
+    PickleOpt,
+    QuietOpt,
+    SeedOpt,
+    SetOpt,
+    ShapeOpt,
+    Top1Opt,
+    TrustOpt,
+    WeightsOpt,
+    source_spec,
+)
 from vitexport.cli.running import handle_errors, progress_for, said, stdout_to_stderr
 from vitexport.core.errors import ExitCode, UsageError, VitexportError
 
@@ -156,7 +172,7 @@ def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON repor
 
 @handle_errors
 def matrix(plan: Annotated[Path, typer.Argument(help="The plan: models, targets and bench settings (TOML, see "
-                                                     "the README).")],
+                                                     "docs/matrix.md).")],
            out: Annotated[Path, typer.Option("--out", "-o", help="Matrix folder: artifacts, cache, reports.")] =
            Path("vitexport-out/matrix"),
            workers: Annotated[int, typer.Option(

@@ -12,10 +12,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitexport.export import sidecar
 from vitexport.core.errors import OutputError, ParityError, UsageError
 from vitexport.core.progress import ProgressLike, as_progress
 from vitexport.deploy import describe, golden, manifest
+from vitexport.export import sidecar
 
 if TYPE_CHECKING:
     from vitexport.backends.base import Backend, DeviceCheck, DeviceTarget

@@ -18,9 +18,9 @@ import numpy as np
 
 if TYPE_CHECKING:
     from vitexport.backends.base import Backend
-    from vitexport.verify.parity import Tolerance
     from vitexport.export.sidecar import ArtifactRecord
     from vitexport.models.sources import LoadedModel
+    from vitexport.verify.parity import Tolerance
 
 SCHEMA = "vitexport.golden/1"
 FOLDER = "golden"
@@ -74,8 +74,8 @@ def make_cases(be: "Backend", record: "ArtifactRecord", images=None) -> list[Cas
 def reference_outputs(loaded: "LoadedModel", record: "ArtifactRecord", cases: list[Case]) -> list[list[np.ndarray]]:
     """PyTorch's outputs for every row of every case, in the artifact's output order, computed in
     the case's own batches (the padding rows dropped)."""
-    from vitexport.verify.reference import EagerRunner
     from vitexport.verify.feeds import chunks
+    from vitexport.verify.reference import EagerRunner
 
     name = record.input_names[0]
     found = []

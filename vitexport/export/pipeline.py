@@ -10,16 +10,23 @@ from pathlib import Path
 from typing import Any
 
 from vitexport import backends
-
-from vitexport.export import sidecar
 from vitexport.backends.base import Backend, ExportOptions, RunOptions, Upstream
-from vitexport.core.errors import (BackendUnavailable, ExportError, ParityError, RegressionError, RuntimeFailure, UsageError,
-                     VitexportError, WeightsError)
+from vitexport.core.errors import (
+    BackendUnavailable,
+    ExportError,
+    ParityError,
+    RegressionError,
+    RuntimeFailure,
+    UsageError,
+    VitexportError,
+    WeightsError,
+)
 from vitexport.core.options import check_number
-from vitexport.verify.parity import ParityReport, Tolerance
 from vitexport.core.progress import Progress, ProgressLike, using
+from vitexport.export import sidecar
 from vitexport.export.sidecar import ArtifactRecord
 from vitexport.models.sources import LoadedModel, SourceSpec
+from vitexport.verify.parity import ParityReport, Tolerance
 
 FAILED_DIR = "failed"  # where an artifact that failed its check is kept for inspection
 
@@ -40,8 +47,8 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
     Raises ParityError when the outputs differ; the artifact is then kept under `out_dir/failed/`,
     its sidecar saying FAILED, and whatever verified artifact `out_dir` held under that name stays.
     """
-    from vitexport.models.sources import load
     from vitexport.export.staging import prepare_out_dir
+    from vitexport.models.sources import load
 
     be = backends.get(backend)
     options = options_for(be, options)
@@ -222,8 +229,8 @@ def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | Non
 def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int | None, trust_code: bool,
              allow_pickle: bool, gate: "Gate", progress: Progress) -> dict[str, Any]:
     """`verify` without the baseline: the artifact's integrity, then its parity."""
-    from vitexport.verify.checks import run_checks
     from vitexport.models.sources import load
+    from vitexport.verify.checks import run_checks
 
     record = sidecar.read(path)
     be = backends.get(record.backend)

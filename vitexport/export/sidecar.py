@@ -14,8 +14,8 @@ from typing import Any
 
 from vitexport.core.environment import now, sha256_file, write_atomic
 from vitexport.core.errors import UsageError
-from vitexport.models.records import SourceRecord
 from vitexport.core.jsonfile import read_json
+from vitexport.models.records import SourceRecord
 from vitexport.verify.parity import ParityReport
 
 SCHEMA = "vitexport.sidecar/2"

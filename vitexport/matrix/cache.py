@@ -67,8 +67,8 @@ class Cache:
         """Whether the record's artifact is still the one exported: its files hash to its sidecar's
         sha256, and that sidecar is the one the record was written with."""
         from vitexport import backends
-        from vitexport.export import sidecar
         from vitexport.core.errors import UsageError
+        from vitexport.export import sidecar
         from vitexport.export.pipeline import integrity_problem
 
         rel = record.get("artifact")

@@ -29,8 +29,8 @@ def export_cell(job: dict) -> dict:
     """job: backend, spec (SourceSpec.to_dict()), options (Options.to_dict()), out, images, atol, rtol,
     min_top1_agreement, max_accuracy_drop, seed."""
     from vitexport import backends
-    from vitexport.export import pipeline
     from vitexport.core.errors import BackendUnavailable, ParityError
+    from vitexport.export import pipeline
     from vitexport.models.sources import SourceSpec
 
     t0 = time.perf_counter()
@@ -125,8 +125,8 @@ def unpack(packed: dict, folder: Path) -> Path:
     """Write a packed artifact into `folder` and prove it is the one packed: its files hash to its
     sidecar's sha256, which is the one the sender read. Raises ParityError (a damaged artifact)."""
     from vitexport import backends
-    from vitexport.export import sidecar
     from vitexport.core.errors import ParityError
+    from vitexport.export import sidecar
     from vitexport.export.pipeline import integrity_problem
 
     folder = Path(folder)

@@ -17,7 +17,6 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-
 STOP_S = 30  # how long a worker gets to clean up after SIGTERM before it is killed
 
 

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitexport.models import presets as configs
 from vitexport.core.environment import sha256_file, total_memory_bytes
 from vitexport.core.errors import ConfigError, SourceError, WeightsError
+from vitexport.models import presets as configs
 from vitexport.models.records import Built
 
 if TYPE_CHECKING:

@@ -14,7 +14,6 @@ from typing import Any, Callable, Iterable
 
 from vitexport.bench.stored import is_merged
 
-
 # ---------------------------------------------------------------------------------------------- helpers
 
 def _f(value: Any, digits: int = 1) -> str:

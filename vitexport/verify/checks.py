@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitexport.verify.parity import DECISIVE_MARGIN, Finding, ImageCheck, ParityReport, Tolerance, compare
 from vitexport.core.progress import ProgressLike, as_progress
+from vitexport.verify.parity import DECISIVE_MARGIN, Finding, ImageCheck, ParityReport, Tolerance, compare
 
 if TYPE_CHECKING:
     import numpy as np
@@ -22,8 +22,8 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
                seed: int, *, run: "RunOptions | None" = None, images=None, max_batch: int = 8,
                progress: ProgressLike = None) -> tuple[ParityReport, str]:
     """Run PyTorch and the artifact on the same inputs; return the parity report and the provider."""
-    from vitexport.verify.reference import EagerRunner
     from vitexport.verify.feeds import check_feeds
+    from vitexport.verify.reference import EagerRunner
 
     progress = as_progress(progress)
     in_name, out_name = record.input_names[0], record.output_names[0]  # images are judged on the first output

@@ -12,10 +12,20 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
-from vitexport.verify.parity import Tolerance
-from vitexport.backends.base import (Artifact, Availability, Backend, BenchTarget, DeviceCheck, DeviceTarget, Diagnosis, RunOptions,
-                    device_source, output_names)
+from vitexport.backends.base import (
+    Artifact,
+    Availability,
+    Backend,
+    BenchTarget,
+    DeviceCheck,
+    DeviceTarget,
+    Diagnosis,
+    RunOptions,
+    device_source,
+    output_names,
+)
 from vitexport.backends.coreml.options import CoreMLOptions
+from vitexport.verify.parity import Tolerance
 
 
 class CoreMLBackend(Backend):
@@ -36,8 +46,8 @@ class CoreMLBackend(Backend):
     }
 
     def availability(self) -> Availability:
-        from vitexport.core.errors import BackendUnavailable
         from vitexport.backends.coreml_common.library import import_coremltools
+        from vitexport.core.errors import BackendUnavailable
 
         try:
             import_coremltools()

@@ -7,10 +7,10 @@ import json
 import warnings
 from pathlib import Path
 
-from vitexport.core.errors import BackendUnavailable, ExportError, UsageError
 from vitexport.backends.base import output_names
 from vitexport.backends.coreml.options import COMPRESSIONS, CoreMLOptions, read_labels
 from vitexport.backends.coreml_common.library import import_coremltools
+from vitexport.core.errors import BackendUnavailable, ExportError, UsageError
 
 
 def normalized(model, mean, std):

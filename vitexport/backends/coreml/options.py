@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from vitexport.backends.base import ExportOptions
 from vitexport.core.errors import UsageError
 from vitexport.core.options import option
-from vitexport.backends.base import ExportOptions
 
 TARGETS = ("iOS16", "iOS17", "iOS18")
 PRECISIONS = ("fp16", "fp32")

@@ -6,9 +6,9 @@ import platform
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitexport.core.errors import RuntimeFailure
 from vitexport.backends.base import Runner
 from vitexport.backends.coreml_common.library import unsupported
+from vitexport.core.errors import RuntimeFailure
 
 if TYPE_CHECKING:
     import numpy as np

@@ -15,9 +15,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitexport.backends.base import (Artifact, Availability, Backend, BenchTarget, DeviceCheck, DeviceTarget, RunOptions, device_source,
-                    output_names)
+from vitexport.backends.base import (
+    Artifact,
+    Availability,
+    Backend,
+    BenchTarget,
+    DeviceCheck,
+    DeviceTarget,
+    RunOptions,
+    device_source,
+    output_names,
+)
 from vitexport.backends.executorch.options import ExecuTorchOptions
+
 
 class ExecuTorchBackend(Backend):
     name = "executorch"
@@ -133,8 +143,8 @@ class ExecuTorchBackend(Backend):
 
 
 def _available(load) -> Availability:
-    from vitexport.core.errors import BackendUnavailable
     from vitexport.backends.executorch import libs
+    from vitexport.core.errors import BackendUnavailable
 
     try:
         load(libs)

@@ -10,9 +10,9 @@ import time
 import warnings
 from pathlib import Path
 
-from vitexport.core.errors import ExportError, VitexportError
 from vitexport.backends.executorch.libs import missing
 from vitexport.backends.executorch.options import ExecuTorchOptions
+from vitexport.core.errors import ExportError, VitexportError
 
 DELEGATE_IDS = {"xnnpack": "XnnpackBackend", "coreml": "CoreMLBackend", "portable": None}
 

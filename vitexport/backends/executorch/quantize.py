@@ -25,8 +25,10 @@ def quantized_module(exported, mode: str, example, calibration=None):
     import torch
 
     try:
-        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
-                                                                              get_symmetric_quantization_config)
+        from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+            XNNPACKQuantizer,
+            get_symmetric_quantization_config,
+        )
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     except ImportError as e:
         raise missing(e) from None

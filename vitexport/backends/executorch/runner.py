@@ -7,11 +7,11 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitexport.core.errors import RuntimeFailure
 from vitexport.backends.base import Runner
 from vitexport.backends.executorch import pte
 from vitexport.backends.executorch.libs import import_runtime, silenced_stderr
 from vitexport.backends.executorch.threads import loading, set_threads
+from vitexport.core.errors import RuntimeFailure
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,8 +74,8 @@ class EmbeddedCoreMLRunner(Runner):
         self.folder = self.program = None
 
     def open(self) -> None:
-        from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError, load_program
         from vitexport.backends.coreml_common.library import unsupported
+        from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError, load_program
 
         pte.check_whole(self.path)
         self.folder = tempfile.TemporaryDirectory(prefix="vitexport-coreml-")
@@ -100,8 +100,8 @@ class EmbeddedCoreMLRunner(Runner):
     def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
         import numpy as np
 
-        from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError
         from vitexport.backends.coreml_common.library import unsupported
+        from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError
 
         names_in, names_out = self.meta["inputNames"], self.meta["outputNames"]
         try:

@@ -9,8 +9,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitexport.backends.base import (Artifact, Availability, Backend, BenchTarget, Candidate, DeviceCheck, DeviceTarget, Diagnosis,
-                    RunOptions, device_source, output_names)
+from vitexport.backends.base import (
+    Artifact,
+    Availability,
+    Backend,
+    BenchTarget,
+    Candidate,
+    DeviceCheck,
+    DeviceTarget,
+    Diagnosis,
+    RunOptions,
+    device_source,
+    output_names,
+)
 from vitexport.backends.onnx.options import OnnxOptions
 
 
@@ -145,8 +156,8 @@ class OnnxBackend(Backend):
         """The providers this ONNX Runtime lists, and which of them really start a session."""
         import onnxruntime
 
-        from vitexport.core.environment import versions
         from vitexport.backends.onnx.providers import probe
+        from vitexport.core.environment import versions
 
         providers = {}
         for name in onnxruntime.get_available_providers():

@@ -7,10 +7,10 @@ import tempfile
 import warnings
 from pathlib import Path
 
-from vitexport.core.environment import quiet_loggers
-from vitexport.core.errors import ExportError
 from vitexport.backends.base import output_names
 from vitexport.backends.onnx.options import OnnxOptions
+from vitexport.core.environment import quiet_loggers
+from vitexport.core.errors import ExportError
 
 # Protobuf cannot serialise a message over 2 GiB: above this, weights go to an external file.
 EXTERNAL_DATA_THRESHOLD = 2_000_000_000
@@ -80,8 +80,8 @@ def derive(raw: Path, work: Path, options: OnnxOptions, loaded, calibration, inf
 def optimized(raw: Path, work: Path, how: str, loaded, info: dict, measure: bool) -> Path:
     """Run the optimiser(s) asked for; with `measure`, time each against the plain graph here and keep
     the plain graph when nothing is measurably faster (and say so)."""
-    from vitexport.verify.feeds import random_pixels
     from vitexport.backends.onnx.optimize import OPTIMIZERS, speedup
+    from vitexport.verify.feeds import random_pixels
 
     names = list(OPTIMIZERS) if how == "auto" else [how]
     feed = {_input_name(raw): random_pixels((1, *loaded.input_shape[1:]), 0)}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitexport.core.errors import UsageError
-from vitexport.core.options import option
 from vitexport.backends.base import ExportOptions
 from vitexport.backends.onnx_common.exporters import AUTO_ORDER, EXPORTERS, OPSET_RANGE  # noqa: F401 (the options' vocabulary)
+from vitexport.core.errors import UsageError
+from vitexport.core.options import option
 
 PRECISIONS = ("fp32", "fp16", "int8")
 QUANT_MODES = ("dynamic", "static")

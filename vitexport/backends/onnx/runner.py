@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitexport.core.errors import BackendUnavailable, RuntimeFailure
 from vitexport.backends.base import Runner
 from vitexport.backends.onnx.providers import check_ran, ort_providers
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure
 
 if TYPE_CHECKING:
     import numpy as np

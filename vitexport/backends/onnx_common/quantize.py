@@ -2,7 +2,7 @@
 
 - For ONNX Runtime itself (`vitexport onnx --precision int8`): dynamic quantisation (int8 weights,
   activations quantised at run time) or static QDQ calibrated on images, with chosen nodes kept in
-  float. What was chosen and why is measured in benchmarks/ and written in the README: signed int8
+  float. What was chosen and why is measured in benchmarks/ and written in the manual (docs/backends/onnx.md): signed int8
   weights (unsigned ones have no fast kernel on x86), per-channel scales, the classifier head in float.
 - For strongly typed TensorRT builders (TensorRT 11, TensorRT-RTX), which have no calibrators and
   build int8 from QuantizeLinear/DequantizeLinear pairs: a symmetric QDQ graph (`to_qdq_int8`).
@@ -79,10 +79,10 @@ def quantize_for_ort(src: Path, dst: Path, options: "OnnxOptions", input_name: s
                      calibration: np.ndarray | None = None) -> dict:
     """Write the int8 form of `src` to `dst`; return what the sidecar records (mode, types, what was
     kept in float and why: the head, --keep-fp32, and the blocks the accuracy search chose)."""
-    from vitexport.backends.onnx_common.localize import in_scope, node_scope
-
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    from vitexport.backends.onnx_common.localize import in_scope, node_scope
 
     graph = onnx.load(str(src), load_external_data=False).graph
     unknown = [e for e in options.keep_fp32 if not any(matches((e,), n.op_type, n.name) for n in graph.node)]

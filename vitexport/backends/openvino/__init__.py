@@ -10,10 +10,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitexport.verify.parity import Tolerance
-from vitexport.backends.base import (Artifact, Availability, Backend, BenchTarget, Candidate, DeviceCheck, DeviceTarget, Diagnosis,
-                    RunOptions, device_source, output_names)
+from vitexport.backends.base import (
+    Artifact,
+    Availability,
+    Backend,
+    BenchTarget,
+    Candidate,
+    DeviceCheck,
+    DeviceTarget,
+    Diagnosis,
+    RunOptions,
+    device_source,
+    output_names,
+)
 from vitexport.backends.openvino.options import OpenVinoOptions
+from vitexport.verify.parity import Tolerance
 
 TIMER = "openvino"  # the bench target that times CPU candidates
 
@@ -167,8 +178,8 @@ class OpenVinoBackend(Backend):
 
     def diagnose(self) -> Diagnosis:
         """OpenVINO's devices, what each computes natively, and the precision it picks when not told."""
-        from vitexport.core.environment import versions
         from vitexport.backends.openvino import devices
+        from vitexport.core.environment import versions
 
         found = {name: devices.describe(name) for name in devices.available()}
         notes = []

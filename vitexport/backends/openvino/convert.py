@@ -14,9 +14,9 @@ import json
 import warnings
 from pathlib import Path
 
-from vitexport.core.errors import ExportError
 from vitexport.backends.base import output_names
 from vitexport.backends.openvino.options import OpenVinoOptions
+from vitexport.core.errors import ExportError
 
 
 def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None) -> dict:

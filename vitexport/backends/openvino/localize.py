@@ -13,9 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
-from vitexport.verify.parity import Divergence, Tolerance
-from vitexport.backends.onnx_common.localize import STEM, by_added_error, divergence, encoder_blocks, reference_block_outputs
+from vitexport.backends.onnx_common.localize import (
+    STEM,
+    by_added_error,
+    divergence,
+    encoder_blocks,
+    reference_block_outputs,
+)
 from vitexport.backends.openvino.quantize import in_scope, node_scope, ops_of
+from vitexport.verify.parity import Divergence, Tolerance
 
 
 def block_nodes(model, blocks: list[str]) -> dict:

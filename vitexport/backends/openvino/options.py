@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from vitexport.backends.base import ExportOptions
 from vitexport.core.errors import UsageError
 from vitexport.core.options import option
-from vitexport.backends.base import ExportOptions
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 DEVICES = ("CPU", "GPU", "NPU")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitexport.core.errors import BackendUnavailable, RuntimeFailure, first_line
 from vitexport.backends.base import Runner
 from vitexport.backends.openvino import devices
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure, first_line
 
 if TYPE_CHECKING:
     import numpy as np

@@ -13,9 +13,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitexport.core.errors import BackendUnavailable
-from vitexport.backends.base import Artifact, Availability, Backend, DeviceCheck, DeviceTarget, Diagnosis, RunOptions, Upstream
+from vitexport.backends.base import (
+    Artifact,
+    Availability,
+    Backend,
+    DeviceCheck,
+    DeviceTarget,
+    Diagnosis,
+    RunOptions,
+    Upstream,
+)
 from vitexport.backends.tensorrt.options import TensorRTOptions
+from vitexport.core.errors import BackendUnavailable
 
 
 class TensorRTBackend(Backend):
@@ -38,9 +47,9 @@ class TensorRTBackend(Backend):
 
     def runs_here(self) -> Availability:
         """Engines run only on an NVIDIA GPU (TensorRT-RTX: an RTX-class one); building works without."""
-        from vitexport.core.environment import gpu_here
         from vitexport.backends.tensorrt import generations
         from vitexport.backends.tensorrt.build import RTX_RUNS_ON
+        from vitexport.core.environment import gpu_here
 
         gpu = gpu_here()
         if gpu is None:
@@ -57,9 +66,9 @@ class TensorRTBackend(Backend):
     def diagnose(self) -> Diagnosis:
         """Flavour and version, whether a builder can be made here (standard TensorRT needs the GPU,
         TensorRT-RTX does not), and where its engines can run."""
-        from vitexport.core.environment import gpu_here, jetson_facts
         from vitexport.backends.tensorrt import generations
         from vitexport.backends.tensorrt.build import RTX_RUNS_ON
+        from vitexport.core.environment import gpu_here, jetson_facts
 
         trt = generations.load("auto")
         builds, why = can_build(trt)
@@ -106,9 +115,9 @@ class TensorRTBackend(Backend):
                 info: dict) -> dict:
         """`--bundle DIR`: the engine's Jetson package, written to DIR while the engine is exported
         (what `vitexport package ENGINE --target jetson` writes afterwards)."""
+        from vitexport.core.progress import current
         from vitexport.deploy import TARGETS
         from vitexport.deploy.build import write_package
-        from vitexport.core.progress import current
         from vitexport.export.sidecar import ArtifactRecord
 
         shape = list(loaded.input_shape)

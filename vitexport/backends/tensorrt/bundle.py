@@ -13,10 +13,10 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitexport.core.errors import ParityError, UsageError
 from vitexport.backends.base import DeviceCheck, DeviceTarget, device_source
 from vitexport.backends.tensorrt import bundle_templates as templates
 from vitexport.backends.tensorrt.options import TensorRTOptions
+from vitexport.core.errors import ParityError, UsageError
 
 if TYPE_CHECKING:
     from vitexport.export.sidecar import ArtifactRecord
@@ -96,10 +96,10 @@ def options_of(record: "ArtifactRecord") -> TensorRTOptions:
 
 def device_check(path: Path, record: "ArtifactRecord", target: DeviceTarget) -> DeviceCheck:
     """The package's check for an engine: build it on the device from the ONNX, then run it."""
-    from vitexport.export import sidecar
-    from vitexport.core.environment import sha256_file
     from vitexport import backends
     from vitexport.backends.tensorrt.runner import onnx_source
+    from vitexport.core.environment import sha256_file
+    from vitexport.export import sidecar
 
     if target.name not in ("jetson", "linux"):
         raise UsageError(f"TensorRT engines are built and run on NVIDIA GPUs, not {target.device}: choose --target "
@@ -167,8 +167,8 @@ def _make_typed(onnx: Path, target: Path, options: TensorRTOptions, record: "Art
 
         convert_file(onnx, target, options.keeps_fp32)
         return
-    from vitexport.verify.feeds import load_images
     from vitexport.backends.onnx_common.quantize import to_qdq_int8
+    from vitexport.verify.feeds import load_images
 
     calibration = load_images(options.calibration_images, record.source.preprocessing,
                               tuple(record.source.input_shape))[0]

@@ -6,10 +6,10 @@ import fnmatch
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from vitexport.core.errors import UsageError
-from vitexport.core.options import check_fields, option
 from vitexport.backends.base import ExportOptions
 from vitexport.backends.onnx_common.exporters import EXPORTERS
+from vitexport.core.errors import UsageError
+from vitexport.core.options import check_fields, option
 
 if TYPE_CHECKING:
     from vitexport.backends.tensorrt.generations import Trt

@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from vitexport.core.environment import gpu_here
-from vitexport.core.errors import BackendUnavailable, RuntimeFailure
 from vitexport.backends.base import Runner
 from vitexport.backends.tensorrt import generations
 from vitexport.backends.tensorrt.build import RTX_DEFAULT_TARGETS
+from vitexport.core.environment import gpu_here
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure
 
 
 def onnx_source(engine_path: Path, info: dict[str, Any]) -> str:

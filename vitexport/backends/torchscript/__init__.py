@@ -6,9 +6,19 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vitexport.backends.base import (
+    Artifact,
+    Availability,
+    Backend,
+    DeviceCheck,
+    DeviceTarget,
+    ExportOptions,
+    Runner,
+    RunOptions,
+    device_source,
+    output_names,
+)
 from vitexport.core.errors import ExportError, RuntimeFailure
-from vitexport.backends.base import (Artifact, Availability, Backend, DeviceCheck, DeviceTarget, ExportOptions, RunOptions, Runner,
-                    device_source, output_names)
 
 if TYPE_CHECKING:
     import numpy as np

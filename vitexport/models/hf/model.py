@@ -21,9 +21,9 @@ from vitexport.models.hf.architectures import ARCHITECTURES, ATTENTION, Architec
 
 def build(spec):
     """The `Built` for `sources.load`: wrapped model, input shape, preprocessing, weights digest, notes."""
-    from vitexport.models.records import Built
     from vitexport.models.hf.freezes import FREEZES
     from vitexport.models.hf.processor import preprocessing
+    from vitexport.models.records import Built
 
     text = spec.model.partition(":")[2]
     path = files.directory(text)

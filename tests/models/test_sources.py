@@ -2,12 +2,12 @@ import pickle
 
 import pytest
 import torch
-
 from zoo_models import zoo_spec
+
 from vitexport.core.errors import ConfigError, SourceError, WeightsError
-from vitexport.models.vit import build
 from vitexport.models.presets import PRESETS
 from vitexport.models.sources import SourceSpec, load, parse_input_shape
+from vitexport.models.vit import build
 
 TINY = {"depth": 1, "image_size": 32, "patch_size": 8}
 

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 from typer.testing import CliRunner
-
 from zoo_models import zoo_spec
+
 from vitexport.cli.app import app
 
 runner = CliRunner()
@@ -170,8 +170,8 @@ def test_bench_rejects_unknown_backends(tmp_path):
 
 
 def test_error_text_with_brackets_survives(tmp_path, monkeypatch):
-    from vitexport.core.errors import BackendUnavailable
     from vitexport.backends.onnx import OnnxBackend
+    from vitexport.core.errors import BackendUnavailable
 
     def missing(self):
         raise BackendUnavailable("install it: pip install 'vitexport[coreml]'")

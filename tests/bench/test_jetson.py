@@ -6,13 +6,12 @@ import stat
 
 import pytest
 
-from vitexport.core import environment
-
+from vitexport.bench.fingerprint import fingerprint, isa_names
 from vitexport.bench.stored import SCHEMA
+from vitexport.core import environment
+from vitexport.core.environment import clock_state, nvpmodel_mode
 from vitexport.report.files import write_markdown
 from vitexport.report.names import jetson_line, machine_label
-from vitexport.core.environment import clock_state, nvpmodel_mode
-from vitexport.bench.fingerprint import fingerprint, isa_names
 
 ORIN_LOCKED = """SOC family:tegra234  Machine:NVIDIA Jetson AGX Orin Developer Kit
 Online CPUs: 0-11

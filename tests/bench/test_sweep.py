@@ -106,9 +106,9 @@ def test_memory_projection_needs_two_points():
 def test_bench_batch_auto_reports_the_knee_in_table_and_json(monkeypatch, tmp_path):
     import json
 
+    from fake_workers import Fake, install
     from typer.testing import CliRunner
 
-    from fake_workers import Fake, install
     from vitexport.cli.app import app
 
     fake = install(monkeypatch, Fake(model_ms=lambda job, batch: 1000.0 * batch / saturating(batch)))

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vitexport.bench import measure as bench
 from vitexport.backends.base import RunOptions
+from vitexport.bench import measure as bench
 from vitexport.bench.measure import first_inference_ms, peak_gpu_mb, peak_rss_mb, time_load
-from vitexport.core.timing import UNSTABLE_CV, LatencyStats, WallTimer, measure, percentile
 from vitexport.core.errors import UsageError
+from vitexport.core.timing import UNSTABLE_CV, LatencyStats, WallTimer, measure, percentile
 
 
 class FakeRunner:
@@ -191,7 +191,7 @@ def test_wall_timer_with_sync_times_gpu_work():
 
 # --- the worker: a persistent process answering one request at a time ------------------------------------
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # the helpers (echo_backend.py) live in tests/
 
 
 @pytest.fixture
@@ -379,9 +379,9 @@ def test_bench_refuses_a_changed_artifact_before_timing(tiny_onnx, tmp_path, mon
                                           ({"reason": "cannot load it", "kind": "failed"}, 1)])
 def test_nothing_that_was_asked_for_ran_exits_with_its_error_after_the_table(tiny_onnx, tmp_path, monkeypatch,
                                                                             failure, code):
+    from fake_workers import install
     from typer.testing import CliRunner
 
-    from fake_workers import install
     from vitexport.cli.app import app
 
     fake = install(monkeypatch)
@@ -394,9 +394,9 @@ def test_nothing_that_was_asked_for_ran_exits_with_its_error_after_the_table(tin
 
 
 def test_rows_merely_unavailable_here_stay_n_a_when_others_ran(tmp_path, monkeypatch):
+    from fake_workers import install
     from typer.testing import CliRunner
 
-    from fake_workers import install
     from vitexport.cli.app import app
 
     install(monkeypatch)

@@ -11,13 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from vitexport import backends
-
 from vitexport import optimize as optimizing
-
-from vitexport.export import sidecar
 from vitexport.cli.app import app
-from vitexport.report.terminal import emit_optimize
+from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec
+from vitexport.report.terminal import emit_optimize
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANTED = Path(__file__).with_name("planted.py")

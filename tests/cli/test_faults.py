@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
-from zoo_models import zoo_spec
 from output_kinds import EXPECTED
+from typer.testing import CliRunner
+from zoo_models import zoo_spec
+
 from vitexport import api
-from vitexport.export import sidecar
 from vitexport.cli.app import app
+from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec
 
 TINY = ["--config", "tiny", "--set", "depth=1"]
@@ -519,7 +519,7 @@ def test_hostile_files_are_refused_promptly(made, tmp_path, kind, role):
 
 # --- every model shape answered: outputs of every kind --------------------------------------------------
 
-OUTPUT_KINDS = Path(__file__).with_name("output_kinds.py")
+OUTPUT_KINDS = Path(__file__).resolve().parents[1] / "output_kinds.py"
 
 
 @pytest.mark.parametrize("kind", list(EXPECTED))

@@ -9,14 +9,14 @@ import shutil
 
 import numpy as np
 import pytest
+from fake_workers import Fake, Machine, install
 from typer.testing import CliRunner
 
-from fake_workers import Fake, Machine, install
-from vitexport.bench import run as benchrun
 from vitexport.bench import regression
-from vitexport.verify import baseline as parity_gate
+from vitexport.bench import run as benchrun
 from vitexport.cli.app import app
 from vitexport.core.errors import UsageError
+from vitexport.verify import baseline as parity_gate
 
 runner = CliRunner()
 TINY = ["--config", "tiny", "--set", "depth=1"]

@@ -8,16 +8,15 @@ import pytest
 from onnx import numpy_helper
 
 from vitexport import api
-
-from vitexport.export import sidecar
 from vitexport.backends.base import ExportOptions
-from vitexport.core.errors import ExportError, ParityError
+from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.backends.onnx_common.lint import lint_onnx
 from vitexport.backends.onnx_common.localize import node_scope
-from vitexport.backends.onnx.options import OnnxOptions
+from vitexport.core.errors import ExportError, ParityError
+from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec
 
-PLANTED = Path(__file__).with_name("planted.py")
+PLANTED = Path(__file__).resolve().parents[1] / "planted.py"
 DEEP_TINY = SourceSpec("tiny", overrides={"depth": 4})
 
 
@@ -59,7 +58,6 @@ def test_hard_coded_batch_fails_on_a_dynamic_export(out_dir):
 
 def test_hard_coded_batch_is_linted(tmp_path):
     import torch
-
     from planted import batch_one_reshape
 
     path = tmp_path / "m.onnx"

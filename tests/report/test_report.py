@@ -10,8 +10,16 @@ from vitexport.report import tables
 from vitexport.report.files import csv_records, write_all, write_csv, write_json
 from vitexport.report.merge import merge, merge_reports, ranking
 from vitexport.report.prose import baseline_lines, roofline_lines
-from vitexport.report.tables import (COLUMNS, CSV_FIELDS, Column, rich_table, roofline_fraction, table_columns,
-                                    table_rows, unavailable)
+from vitexport.report.tables import (
+    COLUMNS,
+    CSV_FIELDS,
+    Column,
+    rich_table,
+    roofline_fraction,
+    table_columns,
+    table_rows,
+    unavailable,
+)
 
 
 def result(backend, batch, p50, available=True, **extra):

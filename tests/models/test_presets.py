@@ -1,8 +1,8 @@
 import pytest
 
+from vitexport.core.errors import ConfigError
 from vitexport.models import presets as configs
 from vitexport.models.presets import PRESETS, ViTConfig
-from vitexport.core.errors import ConfigError
 
 # Published parameter counts (millions) of the standard sizes.
 PUBLISHED_PARAMS_M = {"tiny": 5.7, "small": 22.1, "base": 86.6, "large": 304.3, "huge": 632.0}

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hf_tiny import TINY, save_tiny
 from typer.testing import CliRunner
 
-from hf_tiny import TINY, save_tiny
 from vitexport import api
 from vitexport.cli.app import app
 from vitexport.core.environment import sha256_file
@@ -22,7 +22,7 @@ from vitexport.models.sources import SourceSpec, load
 transformers = pytest.importorskip("transformers")
 
 ARCHS = sorted(ARCHITECTURES)
-IMAGES = sorted((Path(__file__).resolve().parents[1] / "samples" / "images").glob("*.jpg"))
+IMAGES = sorted((Path(__file__).resolve().parents[2] / "samples" / "images").glob("*.jpg"))
 
 
 def invoke(*args):

@@ -13,11 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from vitexport import api
-
 from vitexport.bench import session as benchsession
 from vitexport.cli.app import app
-from vitexport.core.progress import SILENT, Lines, Progress, as_progress, current, using
 from vitexport.cli.progressbar import Bars, reporter
+from vitexport.core.progress import SILENT, Lines, Progress, as_progress, current, using
 from vitexport.models.sources import SourceSpec
 
 runner = CliRunner()

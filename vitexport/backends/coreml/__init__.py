@@ -1,10 +1,11 @@
 """Core ML: an ML program (.mlpackage) converted through torch.export, for iPhone apps.
 
 On macOS the package is checked with Core ML itself; elsewhere (where coremltools cannot run
-predictions) with vitexport's own NumPy executor of the saved ML program (`mil_eval`).
+predictions) with vitexport's own NumPy executor of the saved ML program
+(vitexport.backends.coreml_common.mil_eval, shared with ExecuTorch's Core ML delegate).
 
 options: flags and their rules. convert: conversion, compression, metadata. runner: Core ML or
-the evaluator. mil_eval: the evaluator.
+the evaluator.
 """
 
 from __future__ import annotations

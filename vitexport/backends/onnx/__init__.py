@@ -2,7 +2,8 @@
 localise a divergence to the first encoder block that leaves tolerance.
 
 export: the exporters. runner: ONNX Runtime sessions. providers: execution providers asked for and
-actually run. lint: static checks of the graph. localize: per-block comparison with PyTorch.
+actually run. optimize: graph optimisation. The graph tools TensorRT and OpenVINO share with it (lint,
+per-block localisation, fp16, int8 quantisation) are in vitexport.backends.onnx_common.
 """
 
 from __future__ import annotations

@@ -67,6 +67,26 @@ def test_precisions_expand_into_targets(tmp_path):
     assert plan.targets[0].bench == ("onnxruntime",) and plan.devices == ("local",)
 
 
+@pytest.mark.parametrize("text", [
+    GOOD.replace('set = { depth = 1 }', 'set = { depth = 1 }\ninput_shape = [1, 3, 224, 224]'),  # a square input
+    GOOD.replace('config = "tiny"\nset = { depth = 1 }', 'model = "torchvision:vit_b_16"\ninput_shape = [2, 3, 224, 224]'),
+    GOOD.replace("batches = [1]", "batches = [1, 8]") + '\n[[targets]]\nbackend = "openvino"\nprecision = "fp32"\n'
+    '\n[[targets]]\nbackend = "torchscript"\n',  # the same batch sizes serve every target
+    GOOD + '\n[[targets]]\nbackend = "onnx"\nname = "onnx-slim"\nprecisions = ["fp32", "int8"]\n'
+    'options = { optimize = "slim" }\n',  # the same precisions in another target
+])
+def test_values_that_may_repeat_are_accepted(tmp_path, text):
+    """What users write: a square input, a batch size of 1 listed once beside other shapes, the same
+    precisions and batch sizes in several targets."""
+    plan = load_plan(write(tmp_path, text))
+    assert plan.targets and plan.models
+
+
+def test_a_square_input_shape_is_kept_as_written(tmp_path):
+    text = GOOD.replace('set = { depth = 1 }', 'set = { depth = 1 }\ninput_shape = [1, 3, 224, 224]')
+    assert load_plan(write(tmp_path, text)).models[0].spec.input_shape == (1, 3, 224, 224)
+
+
 def test_the_key_is_named(tmp_path):
     text = GOOD + '\n[[targets]]\nbackend = "onnx"\nprecision = "fp64"\n'
     assert "plan.toml: targets[1].precision: 'fp64' is not one of fp32, fp16, int8" in refused(tmp_path, text)
@@ -103,6 +123,9 @@ def test_the_key_is_named(tmp_path):
     ("[[models]]\nconfig = 'tiny'\n[[models]]\nconfig = 'tiny'\n[[targets]]\nbackend = 'onnx'\n",
      "models[1].name: 'tiny' names models[0] too"),
     ("this is = not toml", "plan.toml: not valid TOML"),
+    (GOOD.replace("batches = [1]", "batches = [1, 8, 1]"), "bench.batches: lists a value twice"),
+    (GOOD.replace('set = { depth = 1 }', 'set = { depth = 1 }\ninput_shape = [1, 3, 224]'),
+     "models[0].input_shape: expects four integers"),
 ])
 def test_mistakes_exit_2_naming_the_key(tmp_path, text, words):
     assert words in refused(tmp_path, text)

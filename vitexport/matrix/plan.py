@@ -187,7 +187,7 @@ class _Reader(PlanValues):
         weights = self.path_value(doc, "weights", key + ".", must="file")
         shape = doc.get("input_shape")
         if shape is not None:
-            shape = self.int_list(doc, "input_shape", key + ".", None, minimum=1, maximum=16384)
+            shape = self.int_list(doc, "input_shape", key + ".", None, minimum=1, maximum=16384, distinct=False)
             if len(shape) != 4:
                 raise self.fail(f"{key}.input_shape", f"expects four integers N, C, H, W, got {list(shape)}")
         spec = SourceSpec(model=text, overrides=overrides, weights=str(weights) if weights else None,

@@ -111,7 +111,9 @@ class PlanValues:
         self.bounds(value, prefix + name, minimum, maximum)
         return value
 
-    def int_list(self, doc: dict, name: str, prefix: str, default, *, minimum=None, maximum=None):
+    def int_list(self, doc: dict, name: str, prefix: str, default, *, minimum=None, maximum=None, distinct=True):
+        """A list of integers; `distinct`: a value listed twice is a mistake (batch sizes), not a shape
+        whose dimensions may repeat (an input of 1x3x224x224)."""
         if name not in doc:
             return default
         values = self.coerce(doc[name], tuple[int, ...], prefix + name)
@@ -119,7 +121,7 @@ class PlanValues:
             raise self.fail(prefix + name, "is empty")
         for i, v in enumerate(values):
             self.bounds(v, f"{prefix}{name}[{i}]", minimum, maximum)
-        if len(set(values)) != len(values):
+        if distinct and len(set(values)) != len(values):
             raise self.fail(prefix + name, f"lists a value twice: {list(values)}")
         return values
 

@@ -16,7 +16,7 @@ import typer
 from vitexport.cli.artifacts import package, verify
 from vitexport.cli.exports import add_export_commands
 from vitexport.cli.inventory import configs, doctor
-from vitexport.cli.running import said
+from vitexport.cli.running import reopen_closed_streams, said
 from vitexport.cli.timing import bench, compare, matrix, optimize
 from vitexport.core.termination import Terminated, signals_raise
 from vitexport.core.termination import exit_code as interrupted_exit_code
@@ -30,9 +30,15 @@ for command in (configs, verify, package, bench, optimize, compare, matrix, doct
 
 
 def main() -> None:
+    closed = reopen_closed_streams()
     try:
         with signals_raise():
             app()
+    except SystemExit as e:
+        if closed and e.code in (0, None):  # the work is done, but nobody saw its result
+            said(f"vitexport: {' and '.join(closed)} closed: the command ran, its output was not shown")
+            sys.exit(1)
+        raise
     except (KeyboardInterrupt, Terminated) as e:  # outside a command's own handling (option parsing, shutdown)
         said("interrupted" + (f" by {e}" if isinstance(e, Terminated) else ""))
         sys.exit(interrupted_exit_code(e))

@@ -46,6 +46,9 @@ def handle_errors(fn: Callable) -> Callable:
             kept = AFTER_INTERRUPTION.get(fn.__name__, "nothing was written at the target path")
             said(f"interrupted{f' by {e}' if isinstance(e, Terminated) else ''}; {kept}")
             raise typer.Exit(interrupted_exit_code(e))
+        except BrokenPipeError:  # the reader went away (`| head -1`): the work stands, nothing more is shown
+            quiet_stdout()
+            raise typer.Exit(ExitCode.FAILURE)  # as rich exits when its tables meet a closed pipe
         except typer.Exit:
             raise
         except Exception as e:  # a bug, not bad input: one line unless asked for the traceback
@@ -90,3 +93,28 @@ def stdout_to_stderr(enabled: bool):
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def quiet_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so the interpreter's last flush cannot fail again."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+
+
+def reopen_closed_streams() -> list[str]:
+    """Started with stdout or stderr closed (`>&-`, a daemon without streams), Python has no
+    sys.stdout or sys.stderr, and every print and library beneath would fail. Put /dev/null there so
+    the work runs and publishes as it would; return the names of the streams that were closed, so
+    the command can say (where it still can) that its result was not shown, and exit non-zero."""
+    closed = []
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        null = os.open(os.devnull, os.O_WRONLY)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        setattr(sys, name, os.fdopen(fd, "w", buffering=1))
+        closed.append(name)
+    return closed

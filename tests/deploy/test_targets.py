@@ -18,6 +18,7 @@ from vitexport.core.errors import UsageError
 from vitexport.deploy import TARGETS, manifest
 from vitexport.deploy.package import package
 from vitexport.export.sidecar import ArtifactRecord
+from vitexport.deploy.describe import sentence
 from vitexport.models.records import SourceRecord
 
 # Where each backend's artifacts can be packaged (a backend added later is checked for the contract only).
@@ -55,6 +56,10 @@ def test_every_backend_says_how_its_artifacts_are_checked_on_every_target(name, 
     assert name not in SUPPORTED or target in SUPPORTED[name], f"{name} should not go to {target}"
     assert isinstance(check, DeviceCheck) and check.runtime and check.install
     json.dumps(check.settings)  # it travels in manifest.json
+    said = what_package_says(check, where.name)
+    assert "needs Nothing" not in said and ".;" not in said and ".." not in said and ".)" not in said, said
+    step = sentence(check.install)  # the package README's step
+    assert step.endswith(".") and not step.endswith("..") and not step[0].islower(), step
     if where.language == "python":
         tree = ast.parse(check.runner, feature_version=(3, 8))
         assert "open_runner" in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -65,6 +70,22 @@ def test_every_backend_says_how_its_artifacts_are_checked_on_every_target(name, 
     else:
         assert "fun makeRunner(packageDir: File, settings: JSONObject): ArtifactRunner" in check.runner
         assert "package org.vitexport.devicecheck" in check.runner and check.runner_name.endswith(".kt")
+
+
+def what_package_says(check: DeviceCheck, target: str) -> str:
+    """What `vitexport package` prints about the device's check, as a new user reads it."""
+    import contextlib
+    import io
+
+    from vitexport.report.terminal import package_report
+
+    result = {"artifact": "model", "target": target, "runtime": check.runtime, "files": 3, "cases": [],
+              "tolerance": {"atol": 1e-4, "rtol": 1e-3}, "check": "the check", "install": check.install,
+              "package": "out"}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        package_report(result)
+    return " ".join(out.getvalue().split())
 
 
 def test_a_backend_without_the_hook_cannot_be_packaged(monkeypatch, tmp_path):

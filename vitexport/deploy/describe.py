@@ -131,7 +131,7 @@ def _swift(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[st
             f"2. Drag this folder (`{folder}`) into that target as a folder reference (\"Create folder "
             "references\", a blue folder), so the files keep their names and bytes: the test verifies each "
             "against `manifest.json` and compiles the model itself on the device.",
-            f"3. {check.install}",
+            f"3. {sentence(check.install)}",
             "4. Run the tests on the device: in Xcode (Product > Test), or "
             "`xcodebuild test -scheme YourApp -destination 'platform=iOS,name=Your iPhone' "
             "-only-testing:YourAppTests/DeviceCheckTests`. One test per compute-unit setting: `testAll`, "
@@ -149,7 +149,7 @@ def _kotlin(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[s
             "`src/androidTest/java/org/vitexport/devicecheck/`.",
             f"2. Put this folder (`{folder}`) in `src/androidTest/assets/` as it is: the test copies it to the "
             "device's storage and verifies each file against `manifest.json`.",
-            f"3. {check.install}",
+            f"3. {sentence(check.install)}",
             "4. Run it on a connected phone: `./gradlew connectedAndroidTest "
             "-Pandroid.testInstrumentationRunnerArguments.class=org.vitexport.devicecheck.DeviceCheckTest`.",
             "5. The report is written to the app's external files folder; fetch it with "
@@ -160,3 +160,9 @@ def _kotlin(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[s
 
 
 HOW = {"python": _python, "swift": _swift, "kotlin": _kotlin}
+
+
+def sentence(text: str) -> str:
+    """A backend's phrase ("nothing to install or link (...)") as a step of the README: capital, full stop."""
+    text = text.strip().rstrip(".")
+    return text[:1].upper() + text[1:] + "."

@@ -119,8 +119,9 @@ def package_report(result: dict[str, Any]) -> None:
                   f"({result['runtime']}): {result['files']} files, golden cases {escape(cases)}, atol "
                   f"{result['tolerance']['atol']:g}, rtol {result['tolerance']['rtol']:g}", highlight=False,
                   soft_wrap=True)
-    console.print(f"on the device: {escape(result['check'])} (it needs {escape(result['install'])}; see README.md)",
-                  highlight=False, soft_wrap=True)
+    console.print(f"on the device: {escape(result['check'])}", highlight=False, soft_wrap=True)
+    console.print(f"  what it needs there: {escape(result['install'].rstrip('.'))}", highlight=False, soft_wrap=True)
+    console.print("  every step: README.md in the package", highlight=False, soft_wrap=True)
     console.print(f"then here: vitexport verify --device-report device-report.json --package "
                   f"{escape(result['package'])}", highlight=False, soft_wrap=True)
     console.print(f"package: {escape(result['package'])}", highlight=False, soft_wrap=True)

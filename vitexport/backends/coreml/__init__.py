@@ -145,8 +145,8 @@ class CoreMLBackend(Backend):
                                       "chooses what Core ML may run on; the report records it.", *notes))
         return DeviceCheck(runner=device_source(__name__, "CoreMLRunner.swift"), runner_name="CoreMLRunner.swift",
                            runtime="Core ML", settings=settings,
-                           install="Nothing to link: Core ML is part of iOS (iOS 16 or newer, for the compute-unit "
-                                   "settings and on-device compilation).",
+                           install="nothing to install or link (Core ML is part of iOS; iOS 16 or newer for the "
+                                   "compute-unit settings and on-device compilation)",
                            notes=notes)
 
     def labels(self, path: Path, record) -> list[str] | None:

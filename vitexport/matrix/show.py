@@ -20,8 +20,8 @@ def summary(merged: dict[str, Any]) -> None:
         for f in m["fastest"]:
             b = f["best"]
             table.add_row(escape(f["model"]), escape(f["device"]), str(f["batch"]),
-                          escape(f"{b['target']} ({b['bench_target']})"), f"{b['p50_ms']:.3g}",
-                          f"{b['throughput_ips']:.4g}",
+                          escape(f"{b['target']} ({b['bench_target']})"), f"{b['p50_ms']:.2f}",
+                          f"{b['throughput_ips']:.1f}",  # fixed decimals, as bench's tables: a column reads down
                           "" if b["cosine_similarity"] is None else f"{b['cosine_similarity']:.6f}",
                           str(f["candidates"]))
         print_table(console, table)

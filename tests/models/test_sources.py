@@ -131,6 +131,37 @@ def test_timm_spec():
     assert loaded.preprocessing["mean"] == pytest.approx([0.5, 0.5, 0.5])
 
 
+FACTORY = ("import torch\n"
+           "input_shape = (1, 3, 32, 32)  # beside the factory, as scripts write it\n"
+           "def make():\n"
+           "    m = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 2))\n"
+           "{extra}"
+           "    return m\n")
+
+
+def test_a_module_level_input_shape_beside_the_factory_is_read(tmp_path):
+    (tmp_path / "script.py").write_text(FACTORY.format(extra=""))
+    assert load(SourceSpec(f"{tmp_path / 'script.py'}:make")).input_shape == (1, 3, 32, 32)
+
+
+def test_the_modules_own_input_shape_wins_over_the_constant_and_the_flag_over_both(tmp_path):
+    (tmp_path / "script.py").write_text(FACTORY.format(extra="    m.input_shape = (2, 3, 32, 32)\n"))
+    spec = f"{tmp_path / 'script.py'}:make"
+    assert load(SourceSpec(spec)).input_shape == (2, 3, 32, 32)
+    assert load(SourceSpec(spec, input_shape=(4, 3, 32, 32))).input_shape == (4, 3, 32, 32)
+
+
+@pytest.mark.parametrize("value", ["'224'", "(3, 224)", "(1, 3, 0, 224)", "(1.0, 3, 224, 224)"])
+@pytest.mark.parametrize("where", ["module", "attribute"])
+def test_a_declared_input_shape_that_is_not_one_is_a_source_error(tmp_path, value, where):
+    text = FACTORY.format(extra=f"    m.input_shape = {value}\n" if where == "attribute" else "")
+    if where == "module":
+        text = text.replace("input_shape = (1, 3, 32, 32)", f"input_shape = {value}")
+    (tmp_path / "script.py").write_text(text)
+    with pytest.raises(SourceError, match="input_shape should be"):
+        load(SourceSpec(f"{tmp_path / 'script.py'}:make"))
+
+
 def test_input_shape_flag_wins_for_user_models():
     loaded = load(SourceSpec(zoo_spec("stock_vit"), input_shape=(2, 3, 64, 64)))
     assert loaded.input_shape == (2, 3, 64, 64)

@@ -122,10 +122,10 @@ def load(spec: SourceSpec) -> LoadedModel:
     model, cfg, preprocessing, notes = built.model, built.config, built.preprocessing, list(built.notes)
     if not isinstance(model, torch.nn.Module):
         raise SourceError(f"{spec.model} returned {type(model).__name__}, not a torch.nn.Module")
-    shape = spec.input_shape or built.input_shape or _shape_from_module(model)
+    shape = spec.input_shape or built.input_shape or _shape_from_module(model, spec.model) or _timm_shape(model)
     if shape is None:
         raise SourceError(f"cannot tell the input shape of {spec.model}: pass --input-shape N,C,H,W "
-                          "or give the module an `input_shape` attribute")
+                          "or give the module an `input_shape` attribute (or its factory's file an `input_shape` constant)")
     shape = tuple(int(s) for s in shape)
     if len(shape) == 3:
         shape = (1, *shape)
@@ -284,18 +284,34 @@ def _call_factory(module, factory: str, spec_text: str):
     except Exception as e:
         raise SourceError(f"{spec_text}: factory raised {type(e).__name__}: {e}") from None
     preprocessing = getattr(model, "preprocessing", None)
-    return Built(model, preprocessing=dict(preprocessing) if preprocessing else None)
+    # Scripts often declare the shape as a constant beside the factory; the module's own attribute
+    # (or --input-shape) wins over it, as the nearer statement of what the model takes.
+    declared = getattr(module, "input_shape", None) if getattr(model, "input_shape", None) is None else None
+    return Built(model, input_shape=_declared_shape(declared, f"{spec_text}'s module") if declared is not None else None,
+                 preprocessing=dict(preprocessing) if preprocessing else None)
+
+
+def _declared_shape(value, where: str) -> tuple[int, ...]:
+    """An `input_shape` a user wrote (on the module or beside the factory): 3 or 4 positive integers."""
+    if not isinstance(value, (tuple, list)) or len(value) not in (3, 4) or \
+            not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        raise SourceError(f"{where} input_shape should be (N, C, H, W) or (C, H, W) in positive integers, "
+                          f"got {value!r}")
+    return tuple(value)
 
 
 _BUILDERS = {"preset": _build_preset, "torchvision": _build_torchvision, "timm": _build_timm, "hf": _build_hf,
              "file": _build_file, "module": _build_module}
 
 
-def _shape_from_module(model) -> tuple[int, ...] | None:
-    """`input_shape` attribute (N,C,H,W or C,H,W), else timm's data config."""
+def _shape_from_module(model, spec_text: str) -> tuple[int, ...] | None:
+    """The module's own `input_shape` attribute (N,C,H,W or C,H,W), if it has one."""
     shape = getattr(model, "input_shape", None)
-    if shape is not None:
-        return tuple(shape)
+    return None if shape is None else _declared_shape(shape, f"{spec_text}:")
+
+
+def _timm_shape(model) -> tuple[int, ...] | None:
+    """timm's data config, for a timm model that says nothing else."""
     cfg = getattr(model, "pretrained_cfg", None) or {}
     return tuple(cfg["input_size"]) if "input_size" in cfg else None
 

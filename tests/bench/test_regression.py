@@ -326,8 +326,8 @@ def test_a_disturbed_machine_gives_inconclusive_and_exit_0_after_measuring_again
     (["--batch", "x"], "--batch must be a whole number or auto"),
     (["--batch", "auto", "--batch", "2"], "--batch auto sweeps the batch itself"),
     (["--recheck-s", "-1"], "--recheck-s must be >= 0"),
-    (["--baseline", "{tmp}/no_p50.json"], "result 1 ran but has no p50 latency"),
-    (["--baseline", "{tmp}/bad_rounds.json"], "result 1 has malformed per-round timings"),
+    (["--baseline", "{tmp}/no_p50.json"], "no_p50.json: result 1 (torch fp32, batch 1) ran but has no p50 latency"),
+    (["--baseline", "{tmp}/bad_rounds.json"], "bad_rounds.json: result 1 (torch fp32, batch 1) has malformed per-round timings"),
     (["--baseline", "{tmp}/not_rows.json"], "result 1 is not a row"),
 ])
 def test_bad_baseline_options_exit_2_before_any_work(tmp_path, args, message, monkeypatch):

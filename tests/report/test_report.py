@@ -381,3 +381,50 @@ def test_an_interrupted_report_write_leaves_the_previous_set(tmp_path, monkeypat
         write_all(make_report([result("torch", 1, 30.0)]), tmp_path / "bench")
     assert {k: open(v, "rb").read() for k, v in files.items()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"bench.{e}" for e in REPORT_SUFFIXES)
+
+
+def hand_edit(path, row: int, field: str, value) -> None:
+    """Write `value` (NaN and infinity as JSON's NaN/Infinity tokens, as Python writes them) into a row."""
+    data = json.loads(path.read_text())
+    target = data["results"][row]
+    *parents, leaf = field.split(".")
+    for part in parents:
+        target = target[part]
+    target[leaf] = value
+    path.write_text(json.dumps(data))  # allow_nan: what a hand edit or another tool may leave
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("latency_ms.p50", float("nan"), "latency_ms.p50 = nan"),
+    ("latency_ms.p90", float("inf"), "latency_ms.p90 = inf"),
+    ("latency_ms.p50", -3.0, "latency_ms.p50 = -3.0, not a time a runtime took"),
+    ("latency_ms.p99", 1e12, "latency_ms.p99 = 1000000000000.0, not a time a runtime took"),
+    ("throughput_ips", float("nan"), "throughput_ips = nan"),
+    ("load_s", float("-inf"), "results[1].load_s is -inf"),
+])
+@pytest.mark.parametrize("command", ["compare", "bench --baseline"])
+def test_non_finite_or_absurd_numbers_in_a_report_are_bad_input(tmp_path, command, field, value, words, monkeypatch):
+    """NaN, infinities, negative or absurd latencies: exit 2 naming the file and the row, never an
+    internal error in the plotting or the statistics."""
+    from typer.testing import CliRunner
+
+    from vitexport.bench import run as benchrun
+    from vitexport.cli.app import app
+
+    good, bad = tmp_path / "good.json", tmp_path / "edited.json"
+    write_json(make_report([result("torch", 1, 20.0)]), good)
+    write_json(make_report([result("torch", 1, 20.0), result("onnxruntime", 8, 15.0)]), bad)
+    hand_edit(bad, 1, field, value)
+    if command == "compare":
+        args = ["compare", str(good), str(bad), "--out", str(tmp_path / "merged")]
+    else:
+        monkeypatch.setattr(benchrun, "measure_all", lambda *a, **k: pytest.fail("work started"))
+        args = ["bench", "--config", "tiny", "--backend", "torch", "--batch", "1", "--baseline", str(bad),
+                "--out", str(tmp_path / "out")]
+    run = CliRunner().invoke(app, args)
+    assert run.exit_code == 2, run.output
+    line = " ".join(run.output.split())
+    assert "edited.json" in line and words in line and "internal error" not in line
+    if "results[" not in words:
+        assert "result 2 (onnxruntime fp32, batch 8)" in line
+    assert not (tmp_path / "merged.json").exists()

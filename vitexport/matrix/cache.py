@@ -50,6 +50,8 @@ class Cache:
             return None
         if kind == "export" and not self.artifact_intact(record):
             return None
+        if kind == "timing" and not _timings_are_data(record):
+            return None  # NaN, infinite or absurd numbers: damaged like any unreadable record, so redone
         return record
 
     def put(self, kind: str, key: str, record: dict[str, Any]) -> Path:
@@ -85,3 +87,10 @@ class Cache:
         if side.artifact_sha256 != record.get("artifact_sha256"):
             return False
         return integrity_problem(be, path, side) is None
+
+
+def _timings_are_data(record: dict[str, Any]) -> bool:
+    from vitexport.bench.stored import row_problem
+
+    rows = record.get("rows")
+    return isinstance(rows, list) and not any(row_problem(row) for row in rows)

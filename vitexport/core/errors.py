@@ -51,6 +51,22 @@ class BackendUnavailable(VitexportError):
     exit_code = ExitCode.UNAVAILABLE
 
 
+class MissingLibrary(BackendUnavailable):
+    """An optional library (timm, transformers, Pillow, ...) is not installed here: unavailable (exit 3)
+    like a backend's runtime, never bad input, with what to install."""
+
+
+def import_optional(module: str, needed_by: str, extra: str | None = None):
+    """`module`, or MissingLibrary saying who needs it and the `vitexport[extra]` that brings it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        how = f"pip install 'vitexport[{extra}]'" if extra else f"install the package that provides {module}"
+        raise MissingLibrary(f"{needed_by} need {module}, which is not installed here: {how}") from None
+
+
 class ExportError(VitexportError):
     """The exporter or converter failed."""
 

@@ -9,18 +9,15 @@ refused unless the user allows them.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import importlib
-import importlib.util
 import re
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vitexport.core.environment import sha256_file, total_memory_bytes
-from vitexport.core.errors import ConfigError, SourceError, WeightsError
+from vitexport.core.errors import ConfigError, SourceError, WeightsError, import_optional
 from vitexport.models import presets as configs
+from vitexport.models.factories import build_file, build_module, declared_shape
 from vitexport.models.records import Built
 
 if TYPE_CHECKING:
@@ -226,10 +223,7 @@ def _build_torchvision(spec: SourceSpec):
 
 
 def _build_timm(spec: SourceSpec):
-    try:
-        import timm
-    except ImportError:
-        raise SourceError("timm: models need timm: pip install 'vitexport[timm]'") from None
+    timm = import_optional("timm", "timm: models", "timm")
     name = spec.model.partition(":")[2]
     try:
         model = timm.create_model(name, pretrained=False)
@@ -250,64 +244,14 @@ def _build_hf(spec: SourceSpec):
     return build(spec)
 
 
-def _build_file(spec: SourceSpec):
-    path_text, _, factory = spec.model.rpartition(":")
-    path = Path(path_text)
-    if not path.is_file():
-        raise SourceError(f"model file not found: {path}")
-    module_name = f"vitexport_user_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
-    loader_spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(loader_spec)
-    sys.modules[module_name] = module
-    try:
-        loader_spec.loader.exec_module(module)
-    except Exception as e:
-        raise SourceError(f"importing {path} failed: {type(e).__name__}: {e}") from None
-    return _call_factory(module, factory, spec.model)
-
-
-def _build_module(spec: SourceSpec):
-    module_name, _, factory = spec.model.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise SourceError(f"cannot import {module_name!r}: {e}") from None
-    return _call_factory(module, factory, spec.model)
-
-
-def _call_factory(module, factory: str, spec_text: str):
-    fn = getattr(module, factory, None)
-    if not callable(fn):
-        raise SourceError(f"{spec_text}: no callable named {factory!r}")
-    try:
-        model = fn()
-    except Exception as e:
-        raise SourceError(f"{spec_text}: factory raised {type(e).__name__}: {e}") from None
-    preprocessing = getattr(model, "preprocessing", None)
-    # Scripts often declare the shape as a constant beside the factory; the module's own attribute
-    # (or --input-shape) wins over it, as the nearer statement of what the model takes.
-    declared = getattr(module, "input_shape", None) if getattr(model, "input_shape", None) is None else None
-    return Built(model, input_shape=_declared_shape(declared, f"{spec_text}'s module") if declared is not None else None,
-                 preprocessing=dict(preprocessing) if preprocessing else None)
-
-
-def _declared_shape(value, where: str) -> tuple[int, ...]:
-    """An `input_shape` a user wrote (on the module or beside the factory): 3 or 4 positive integers."""
-    if not isinstance(value, (tuple, list)) or len(value) not in (3, 4) or \
-            not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-        raise SourceError(f"{where} input_shape should be (N, C, H, W) or (C, H, W) in positive integers, "
-                          f"got {value!r}")
-    return tuple(value)
-
-
 _BUILDERS = {"preset": _build_preset, "torchvision": _build_torchvision, "timm": _build_timm, "hf": _build_hf,
-             "file": _build_file, "module": _build_module}
+             "file": build_file, "module": build_module}
 
 
 def _shape_from_module(model, spec_text: str) -> tuple[int, ...] | None:
     """The module's own `input_shape` attribute (N,C,H,W or C,H,W), if it has one."""
     shape = getattr(model, "input_shape", None)
-    return None if shape is None else _declared_shape(shape, f"{spec_text}:")
+    return None if shape is None else declared_shape(shape, f"{spec_text}:")
 
 
 def _timm_shape(model) -> tuple[int, ...] | None:

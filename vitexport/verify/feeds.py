@@ -92,8 +92,9 @@ def printable_name(path) -> str:
 def load_images(directory, preprocessing: dict,
                 shape: tuple[int, ...]) -> tuple[np.ndarray, list[int] | None, list[str]]:
     """Every image in a folder (sorted by name) -> (N, C, H, W), labels when all files carry one, names."""
+    from vitexport.core.errors import UsageError, import_optional
 
-    from vitexport.core.errors import UsageError
+    import_optional("PIL", "real images (--images, calibration)", "samples")  # Pillow decodes them
 
     folder = Path(directory)
     if not folder.is_dir():

@@ -54,11 +54,9 @@ def build(spec):
 
 
 def import_transformers():
-    try:
-        import transformers
-    except ImportError:
-        raise SourceError("hf: models need transformers: pip install 'vitexport[hf]'") from None
-    return transformers
+    from vitexport.core.errors import import_optional
+
+    return import_optional("transformers", "hf: models", "hf")
 
 
 @contextlib.contextmanager

@@ -29,6 +29,10 @@ def test_a_copied_linux_package_proves_itself_and_verify_accepts_its_report(onnx
     report = json.loads((device / "device-report.json").read_text())
     assert report["package"]["name"] == onnx_package.name and report["deterministic"] is True
     assert report["device"]["runtime"].startswith("ONNX Runtime") and report["device"]["os"]
+    # What ran, not the build's flavour: onnxruntime-gpu on a machine without a GPU ran on the CPU.
+    ran = report["device"]["provider"]
+    assert report["device"]["onnxruntime_device"] == ("CPU" if ran == "CPUExecutionProvider" else "GPU")
+    assert report["device"]["onnxruntime_build"] in ("CPU", "GPU") or report["device"]["onnxruntime_build"]
     assert {"random-0", "random-1"} <= set(report["timings"]["cases"])
     assert report["timings"]["cases"]["random-0"]["warmup"] == 3
     # Back here: judged against the package on this machine, which the report names by its manifest's sha256.

@@ -167,8 +167,10 @@ class OnnxBackend(Backend):
         dist = ", ".join(f"{k} {v}" for k, v in versions(("onnxruntime*",)).items())
         notes = [f"{dist}: providers that start: {', '.join(p for p, v in providers.items() if v['loads']) or 'none'}"]
         notes += [f"{p} is listed but does not start: {v['reason']}" for p, v in providers.items() if not v["loads"]]
-        return Diagnosis(notes, {"onnxruntime": onnxruntime.__version__, "device": onnxruntime.get_device(),
-                                 "providers": providers})
+        # get_device() is the build's flavour (onnxruntime-gpu says GPU without one): say where it can compute.
+        gpu = any(v["loads"] for p, v in providers.items() if p != "CPUExecutionProvider")
+        return Diagnosis(notes, {"onnxruntime": onnxruntime.__version__, "device": "GPU" if gpu else "CPU",
+                                 "build": onnxruntime.get_device(), "providers": providers})
 
     def roofline_basis(self, provider: str | None) -> str | None:
         p = (provider or "").lower()

@@ -39,8 +39,11 @@ class OnnxRuntimeRunner:
         self.dtype = "float16" if takes == "tensor(float16)" else "float32"
         ran = self.session.get_providers()
         # A provider that cannot start (no GPU, a missing library) is dropped by ONNX Runtime: say what ran.
+        # onnxruntime_device: where the provider that ran computes. get_device() is only the build's flavour
+        # (onnxruntime-gpu says "GPU" on a machine without one), so it is kept apart as onnxruntime_build.
         self.facts = {"runtime": "ONNX Runtime " + ort.__version__, "provider": ran[0], "providers": ran,
-                      "requested_providers": wanted, "onnxruntime_device": ort.get_device()}
+                      "requested_providers": wanted, "onnxruntime_device": device_of(ran[0]),
+                      "onnxruntime_build": ort.get_device()}
 
     def run(self, x):
         import numpy as np
@@ -50,6 +53,17 @@ class OnnxRuntimeRunner:
 
     def close(self):
         self.session = None
+
+
+GPU_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider",
+                 "MIGraphXExecutionProvider", "DmlExecutionProvider")
+
+
+def device_of(provider):
+    """The device a provider computes on, in the words get_device() uses."""
+    if provider == "CPUExecutionProvider":
+        return "CPU"
+    return "GPU" if provider in GPU_PROVIDERS else provider.replace("ExecutionProvider", "")
 
 
 def open_runner(folder, settings, args):

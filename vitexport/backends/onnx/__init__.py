@@ -168,7 +168,8 @@ class OnnxBackend(Backend):
         notes = [f"{dist}: providers that start: {', '.join(p for p, v in providers.items() if v['loads']) or 'none'}"]
         notes += [f"{p} is listed but does not start: {v['reason']}" for p, v in providers.items() if not v["loads"]]
         # get_device() is the build's flavour (onnxruntime-gpu says GPU without one): say where it can compute.
-        gpu = any(v["loads"] for p, v in providers.items() if p != "CPUExecutionProvider")
+        gpu = any(v["loads"] for p, v in providers.items()
+                  if p in ("CUDAExecutionProvider", "TensorrtExecutionProvider", "ROCMExecutionProvider"))
         return Diagnosis(notes, {"onnxruntime": onnxruntime.__version__, "device": "GPU" if gpu else "CPU",
                                  "build": onnxruntime.get_device(), "providers": providers})
 

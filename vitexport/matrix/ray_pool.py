@@ -27,6 +27,8 @@ from vitexport.core.errors import BackendUnavailable
 from vitexport.matrix.cells import describe
 
 PROBE_TIMEOUT_S = 600  # a device node may first install the task's runtime environment
+CONNECT_TIMEOUT_S = 10  # a head that does not answer a TCP connection by then is unreachable from here
+RAY_PORT = 6379  # the head's default GCS port, when an address names none
 CANCEL_WAIT_S = 30  # how long cancelled tasks get to clean up before the cluster is stopped
 
 
@@ -43,7 +45,10 @@ class RayPool:
         ray = self.ray = require_ray()
         self.address, self.owned = address, False
         if not ray.is_initialized():  # else the caller's own connection is used as it is
-            options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+            # ERROR: Ray's own notices (token authentication, ...) are not the user's concern; its errors are.
+            options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
+            if address not in ("local", "auto"):
+                check_reachable(address)
             try:
                 if address == "local":
                     ray.init(address="local", resources={f"device:{device}": 1}, **options)
@@ -166,6 +171,25 @@ class RayPool:
         self.pending = {}
         if self.owned:
             ray.shutdown()  # stops a cluster started here; leaves a joined one running
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse, within `timeout_s`, a head address nothing answers at (a typo, a stopped cluster, a
+    firewall): ray.init would otherwise retry for minutes and end in its own connection noise."""
+    import socket
+
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        host, port = hostport, str(RAY_PORT)
+    host = host.strip("[]")  # [::1]:6379
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return
+    except (OSError, ValueError) as e:
+        why = "nothing answered" if isinstance(e, socket.timeout) else (e.strerror or str(e) or type(e).__name__)
+        raise BackendUnavailable(f"cannot reach the Ray cluster at {address} within {timeout_s:g} s: {why} "
+                                 f"(is the head running? `ray start --head` prints its address)") from None
 
 
 def package_folder() -> str:

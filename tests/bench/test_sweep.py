@@ -128,3 +128,35 @@ def test_bench_batch_auto_reports_the_knee_in_table_and_json(monkeypatch, tmp_pa
     # one worker for the whole sweep: it was asked to prepare each new batch
     prepared = [b for op, _, b in fake.log if op == "prepare" and b]
     assert prepared == [1, 2, 4, 8, 16]
+
+
+def step(batch, ips, ratio=None, low=None, high=None, p50=10.0):
+    from vitexport.bench.stats import Shift
+    from vitexport.bench.sweep import Step
+
+    gain = None if ratio is None else Shift(ratio, low, high, (10, 10))
+    return Step(batch, ips, p50, gain)
+
+
+def test_a_step_whose_interval_includes_no_gain_is_not_the_knee():
+    """+3 % with an interval reaching below 1 (a disturbed machine) is no gain: the knee stays where
+    the table's images/s peak, and the sentence names that row."""
+    from vitexport.bench.sweep import Sweep
+
+    found = Sweep([step(1, 40.0), step(2, 55.0, 1.37, 1.30, 1.45), step(4, 64.53, 1.17, 1.10, 1.25),
+                   step(8, 59.95, 1.03, 0.96, 1.11)])
+    assert found.knee().batch == 4 and found.knee().throughput_ips == 64.53
+
+
+def test_a_knee_the_rows_contradict_is_not_taken():
+    from vitexport.bench.sweep import Sweep
+
+    found = Sweep([step(1, 40.0), step(2, 39.0, 1.08, 1.02, 1.15)])  # paired says faster, its row says slower
+    assert found.knee().batch == 1
+
+
+def test_without_an_interval_a_gain_needs_the_minimum():
+    from vitexport.bench.sweep import Sweep
+
+    assert Sweep([step(1, 40.0), step(2, 41.2, 1.03)]).knee().batch == 1  # too few rounds for an interval
+    assert Sweep([step(1, 40.0), step(2, 48.0, 1.2)]).knee().batch == 2

@@ -42,17 +42,25 @@ class Sweep:
     stopped: str = ""
 
     def knee(self, latency_budget_ms: float | None = None) -> Step | None:
-        """The batch with the most images/s within the latency budget. Throughput is chained through
-        the paired gains from the first batch (phase-robust), not read from pooled timings."""
-        best, level, best_level = None, 1.0, -math.inf
+        """The batch with the most images/s within the latency budget, reached only through real gains:
+        each doubling counts when its paired interval lies wholly above 1 (or, where too few rounds give
+        no interval, when its estimate is at least +MIN_GAIN). A knee whose own row shows fewer images/s
+        than a smaller batch's is not one the table supports: the knee, its row and the sentence agree."""
+        best = None
         for step in self.steps:
-            if step.gain is not None:
-                level *= step.gain.ratio
             if latency_budget_ms is not None and step.p50_ms > latency_budget_ms:
-                continue
-            if level > best_level:
-                best, best_level = step, level
+                break  # a larger batch only takes longer
+            if best is not None and not (is_gain(step.gain) and step.throughput_ips >= best.throughput_ips):
+                break
+            best = step
         return best
+
+
+def is_gain(gain: Shift | None) -> bool:
+    """Doubling the batch bought images/s: the whole interval above 1, or (no interval) +MIN_GAIN."""
+    if gain is None:
+        return False
+    return gain.beyond(1.0) if gain.bounded else gain.ratio >= 1 + MIN_GAIN
 
 
 def stop_reason(batch: int, step: Step, latency_budget_ms: float | None, max_batch: int = MAX_BATCH) -> str | None:

@@ -132,6 +132,14 @@ def test_a_report_of_another_package_or_a_hostile_one_is_exit_2(onnx_package, tm
         result = judged(text)
         assert result.exit_code == 2, (text[:80], result.stdout, result.stderr)
         assert result.stderr.count("\n") == 1 and "internal error" not in result.stderr
+    # Timings are data too: NaN, infinite, negative or absurd latencies name the case (exit 2).
+    case = next(iter(good["timings"]["cases"]))
+    for value in (float("nan"), float("inf"), -1.0, 1e12):
+        edited = json.loads(json.dumps(good))
+        edited["timings"]["cases"][case]["p50_ms"] = value
+        result = judged(json.dumps(edited))  # NaN and Infinity as JSON tokens, as a hand edit leaves them
+        assert result.exit_code == 2, (value, result.stdout, result.stderr)
+        assert f"timings of case {case}: p50_ms is" in result.stderr and "internal error" not in result.stderr
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)
     result = verify(fifo, "--package", str(device))

@@ -20,6 +20,7 @@ from vitexport.report.names import device_name
 
 SCHEMA = "vitexport.device-report/1"
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+MAX_DEVICE_MS = 86_400_000.0  # a day per call: beyond it a timing is a broken writer, not data
 MAX_DIMS = 8
 
 
@@ -108,6 +109,12 @@ def _check_report(report: Any, path: Path) -> None:
         raise bad("cases should list objects with a name and outputs")
     if len({c["name"] for c in cases}) != len(cases):
         raise bad("a case is reported twice")
+    timings = report.get("timings")
+    for name, t in ((timings or {}).get("cases") or {}).items() if isinstance(timings, dict) else ():
+        for key, value in t.items() if isinstance(t, dict) else ():
+            if key.endswith("_ms") and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                            and math.isfinite(value) and 0 <= value <= MAX_DEVICE_MS):
+                raise bad(f"timings of case {name}: {key} is {value!r}, not a time the device took")
 
 
 def _array(entry: Any, where: str, path: Path) -> np.ndarray:

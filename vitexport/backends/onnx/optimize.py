@@ -15,7 +15,7 @@ from vitexport.core.errors import BackendUnavailable, ExportError
 
 def slim(src: Path, dst: Path) -> dict:
     """onnxslim: folds constants and the shape arithmetic the exporters write (ViT-B: ~1000 -> ~330
-    nodes); the graph computes the same. Measured to make dynamic int8 faster (README, benchmarks/)."""
+    nodes); the graph computes the same. Measured to make dynamic int8 faster (docs/backends/onnx.md, benchmarks/)."""
     import onnx
 
     try:

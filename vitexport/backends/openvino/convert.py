@@ -1,7 +1,7 @@
 """PyTorch -> OpenVINO IR: convert, name the inputs and outputs, quantize or compress, save.
 
 Converted from the PyTorch module itself (openvino.convert_model traces it), not from vitexport's
-verified ONNX. Both were measured on the tiny and base presets (benchmarks/openvino_speed.py, README):
+verified ONNX. Both were measured on the tiny and base presets (benchmarks/openvino_speed.py, docs/backends/openvino.md):
 the same parity to PyTorch and the same latency within the noise of the machine; the direct path
 needs no ONNX export first, and only it keeps each node's module path in its name
 (`__module.blocks.3.attn/...`), which the divergence localization, --keep-fp32 by module and the

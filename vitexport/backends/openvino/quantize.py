@@ -2,7 +2,7 @@
 
 `nncf.quantize` with ModelType.TRANSFORMER (preset MIXED: symmetric int8 weights per channel,
 asymmetric int8 activations per tensor) takes the linear layers; LayerNorm, Softmax and GELU stay in
-float. Measured choices (README, "OpenVINO"; `benchmarks/openvino_speed.py`):
+float. Measured choices (docs/backends/openvino.md; `benchmarks/openvino_speed.py`):
 
 - SmoothQuant is off. On the handful of images users calibrate on it tunes its scales to them: a
   ViT-B calibrated on samples/images then reached cosine 0.976 to PyTorch on other inputs (0.999

@@ -424,9 +424,14 @@ def test_a_real_bench_against_a_forged_baseline(tmp_path):
         factor = 0.01 if r["backend"] == "onnxruntime" else 100
         r["per_round"]["median_ms"] = [m * factor for m in r["per_round"]["median_ms"]]
     (tmp_path / "forged.json").write_text(json.dumps(forged))
-    result = invoke(*args, "--out", tmp_path / "b", "--json", tmp_path / "b.json",
-                    "--baseline", tmp_path / "forged.json")
-    assert result.exit_code == 5, result.stderr
+    for attempt in range(3):  # a shared VM in a slow phase makes the stored gate say "inconclusive", by design
+        result = invoke(*args, "--out", tmp_path / "b", "--json", tmp_path / "b.json",
+                        "--baseline", tmp_path / "forged.json")
+        if not (result.exit_code == 0 and "inconclusive: the machine was disturbed" in result.stderr):
+            break
+    else:
+        pytest.skip("the machine stayed disturbed for three runs: the stored gate rightly decided nothing")
+    assert result.exit_code == 5, result.stderr  # never "ok" for a row 100x slower
     data = json.loads((tmp_path / "b.json").read_text())
     assert [c["row"] for c in data["baseline"]["regressions"]] == ["onnxruntime fp32 batch 1 (tiny-depth1.onnx)"]
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("regression:")]

@@ -230,6 +230,7 @@ def planned_rows(side: str, sources: dict, targets: list[str], settings: Setting
                    "artifact": Path(source["artifact"]).name if source and source["artifact"] else None}
             if source and source.get("named"):
                 row["named"] = True
+            row["verification"] = verification_brief(source["record"] if source else None, target.needs_artifact)
             reason = (be.bench_unavailable_for(target, source["record"]) if source
                       else be.bench_unavailable(target) or f"no {target.backend} artifact to run")
             if reason is None and settings.auto and source and not source["record"].dynamic_batch:
@@ -309,6 +310,20 @@ def sources_for(spec, targets: list[BenchTarget], batches: list[int], artifacts,
 
         return records, any_record.source.model, ViTConfig.from_dict(cfg).gflops()
     return records, any_record.source.model, None
+
+
+def verification_brief(record: ArtifactRecord | None, is_artifact: bool) -> dict[str, Any]:
+    """How the row's artifact was checked against PyTorch, from its sidecar: what the HTML report
+    charts against latency. A PyTorch row is the reference itself."""
+    if not is_artifact:
+        return {"status": "reference"}
+    parity = record.parity if record is not None else None
+    summary = parity.summary if parity is not None else {}
+    images = parity.images if parity is not None else None
+    accuracy = (images.accuracy or {}).get("candidate") if images is not None else None
+    return {"status": record.status if record is not None else "unverified",
+            "cosine_similarity": summary.get("cosine_similarity"), "max_abs_error": summary.get("max_abs_error"),
+            "accuracy": accuracy}
 
 
 def size_of(path: Path, record: ArtifactRecord) -> int:

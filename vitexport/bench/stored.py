@@ -21,7 +21,7 @@ SCHEMA = "vitexport.bench/1"
 MAX_LATENCY_MS = 86_400_000.0
 
 # The files of one report, side by side under one stem.
-REPORT_SUFFIXES = ("json", "csv", "md", "png")
+REPORT_SUFFIXES = ("json", "csv", "md", "png", "html")
 
 
 def load(path: Path) -> dict:

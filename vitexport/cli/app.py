@@ -2,9 +2,9 @@
 commands from the backend registry first, then the others), and `main`, the console script.
 
 The commands live beside it: exports.py (one per backend), inventory.py (configs, doctor),
-artifacts.py (verify, package), timing.py (bench, optimize, compare, matrix); options.py declares
-the options they share and running.py maps what they raise to exit codes. Nothing heavy is imported
-at module level, so `vitexport --help` answers at once.
+artifacts.py (verify, package), timing.py (bench, optimize, compare, matrix), reports.py (report);
+options.py declares the options they share and running.py maps what they raise to exit codes. Nothing
+heavy is imported at module level, so `vitexport --help` answers at once.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import typer
 from vitexport.cli.artifacts import package, verify
 from vitexport.cli.exports import add_export_commands
 from vitexport.cli.inventory import configs, doctor
+from vitexport.cli.reports import report
 from vitexport.cli.running import reopen_closed_streams, said
 from vitexport.cli.timing import bench, compare, matrix, optimize
 from vitexport.core.termination import Terminated, signals_raise
@@ -25,7 +26,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Export Vision Transformers, prove the artifacts match PyTorch, and time each runtime.")
 
 add_export_commands(app)
-for command in (configs, verify, package, bench, optimize, compare, matrix, doctor):  # --help keeps this order
+for command in (configs, verify, package, bench, optimize, compare, matrix, report, doctor):  # --help keeps this order
     app.command()(command)
 
 

@@ -1,6 +1,6 @@
 """The matrix's one report, built with the bench report and `compare` code: a bench report per device
 (`OUT/reports/DEVICE.json`, each one `vitexport compare` reads), merged by `vitexport.report.merge.merge`
-into `OUT/matrix-PLAN.{json,csv,md,png}`, plus the `matrix` section: every cell with its export's
+into `OUT/matrix-PLAN.{json,csv,md,png,html}`, plus the `matrix` section: every cell with its export's
 status and parity, and per model the fastest verified artifact on each device at each batch size.
 
 Every file is written into a staging folder and renamed into place, so an interrupted run leaves the
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from vitexport.matrix.run import Cell, Matrix
 
 MATRIX_SCHEMA = "vitexport.matrix-report/1"
-EXTENSIONS = ("json", "csv", "md", "png")
+EXTENSIONS = ("json", "csv", "md", "png", "html")
 
 
 def stem_for(plan) -> str:
@@ -60,7 +60,8 @@ def _is_ours(path: Path) -> bool:
 def write(matrix: "Matrix", where: str) -> dict[str, Any]:
     """Write the per-device reports and the merged report; return the merged report."""
     from vitexport.export.staging import staging
-    from vitexport.report.files import write_csv, write_json
+    from vitexport.report.files import json_safe, write_csv, write_json
+    from vitexport.report.html import render
     from vitexport.report.merge import merge
     from vitexport.report.plots import write_plot
 
@@ -86,7 +87,8 @@ def write(matrix: "Matrix", where: str) -> dict[str, Any]:
         write_csv(merged, stage / f"{stem}.csv")
         write_markdown(merged, stage / f"{stem}.md")
         write_plot(labelled(merged), stage / f"{stem}.png")
-        for ext in ("csv", "md", "png", "json"):  # the JSON, which says the files are ours, last
+        (stage / f"{stem}.html").write_text(render([(f"{stem}.json", json_safe(merged))]), encoding="utf-8")
+        for ext in ("csv", "md", "png", "html", "json"):  # the JSON, which says the files are ours, last
             os.replace(stage / f"{stem}.{ext}", files[ext])
     return json.loads(Path(files["json"]).read_text())  # as written: NaN and infinities as null
 
@@ -156,7 +158,8 @@ def cell_dict(cell: "Cell") -> dict[str, Any]:
                    "options": rec.get("options") or e.target.options.to_dict()},
         "parity": {k: parity.get(k) for k in ("passed", "max_abs_error", "mean_abs_error", "cosine_similarity",
                                               "top1_agreement", "atol", "rtol")} if parity else None,
-        "images": {k: images.get(k) for k in ("count", "decisive_top1_agreement", "accuracy_drop")} if images else None,
+        "images": {k: images.get(k) for k in ("count", "decisive_top1_agreement", "accuracy_drop", "accuracy")}
+        if images else None,
         "timings": [{"batch": t.batch, "key": t.key, "cached": t.cached, "node": (t.record or {}).get("node"),
                      "status": (t.record or {}).get("status"), "reason": (t.record or {}).get("reason"),
                      "rows": [_row_brief(r) for r in (t.record or {}).get("rows", [])]} for t in cell.timings],

@@ -1,6 +1,6 @@
 """Writing a bench report's files side by side: JSON (the report itself), CSV (one flat record per
-row, raw numbers), Markdown (the tables with what explains them) and the PNG plot, all replaced
-together or not at all, and never over a file vitexport did not write."""
+row, raw numbers), Markdown (the tables with what explains them), the PNG plot and the HTML page, all
+replaced together or not at all, and never over a file vitexport did not write."""
 
 from __future__ import annotations
 
@@ -103,9 +103,16 @@ def write_markdown(report: dict, path: Path) -> None:
     Path(path).write_text("\n".join(lines).rstrip() + "\n")
 
 
+def write_html(report: dict, path: Path) -> None:
+    from vitexport.report.html import render
+
+    # The page is rendered from the report as its JSON holds it (unknown numbers as null).
+    Path(path).write_text(render([(Path(path).name, json_safe(report))]), encoding="utf-8")
+
+
 def write_all(report: dict, stem: Path, inputs: Iterable[Path] = ()) -> dict[str, str]:
-    """Write JSON, CSV, Markdown and PNG side by side and return their paths. Each is written under a
-    temporary name first and renamed into place only when all four are complete: an interrupted run
+    """Write JSON, CSV, Markdown, PNG and HTML side by side and return their paths. Each is written under
+    a temporary name first and renamed into place only when all five are complete: an interrupted run
     leaves the previous set (or nothing), never half a file."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -117,6 +124,7 @@ def write_all(report: dict, stem: Path, inputs: Iterable[Path] = ()) -> dict[str
         write_csv(report, partial["csv"])
         write_markdown(report, partial["md"])
         write_plot(report, partial["png"])
+        write_html(report, partial["html"])
         for ext, p in paths.items():
             os.replace(partial[ext], p)
     finally:

@@ -256,7 +256,7 @@ CSV_FIELDS = tuple(c.csv for c in COLUMNS if c.csv)
 
 # ------------------------------------------------------------------------------------------ table rows
 
-def _shown(report: dict, table: str) -> list[Column]:
+def shown(report: dict, table: str) -> list[Column]:
     """The columns that `table` ("markdown" or "terminal") shows for this report."""
     return [c for c in COLUMNS if getattr(c, table) and c.shown(report)]
 
@@ -281,14 +281,19 @@ def _cells(row: dict, columns: list[Column], terminal: bool, unavailable_cell: s
     return cells
 
 
+def cells(row: dict, columns: list[Column]) -> list[str]:
+    """One row's Markdown-form cells (the HTML report shows the same)."""
+    return _cells(row, columns, False, unavailable_note(row))
+
+
 def table_columns(report: dict) -> list[str]:
-    return [c.markdown for c in _shown(report, "markdown")]
+    return [c.markdown for c in shown(report, "markdown")]
 
 
 def table_rows(report: dict) -> list[list[str]]:
     """Display rows in `table_columns` order, grouped by batch size; an unavailable backend keeps
     its row with `unavailable: <reason>` where its numbers would be."""
-    columns = _shown(report, "markdown")
+    columns = shown(report, "markdown")
     return [_cells(r, columns, False, unavailable_note(r)) for r in in_table_order(report)]
 
 
@@ -308,7 +313,7 @@ def rich_table(report: dict, title: str = "vitexport bench"):
     from rich.markup import escape
     from rich.table import Table
 
-    columns = _shown(report, "terminal")
+    columns = shown(report, "terminal")
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0),
                   caption="ms: p50 p90 p99 mean±sd, 1st = first inference; load in s; file, RSS, GPU in MB "
                           "(10^6 bytes); CV = std/mean; roof = share of the best GEMM rate measured in the rounds")

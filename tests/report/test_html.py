@@ -88,7 +88,7 @@ def test_the_fastest_verified_row_comes_first_not_the_fastest_row():
             checked(result("tensorrt", 1, 4.0), "unverified"),
             checked(result("executorch", 1, 11.0), "verified", 0.999)]
     (group,) = page.groups(make_report(rows))
-    assert group.fastest["backend"] == "executorch"
+    assert [f["backend"] for f in group.fastest] == ["executorch"]
     assert [r["backend"] for r in group.rows] == ["executorch", "torch", "onnxruntime", "openvino", "tensorrt"]
     statuses = {p.label.split()[0]: p.status for p in group.charts["cosine"]}
     assert statuses == {"torch": REFERENCE, "onnxruntime": VERIFIED, "openvino": FAILED, "tensorrt": UNVERIFIED,
@@ -231,3 +231,9 @@ def test_an_interrupted_page_write_leaves_the_previous_page(tmp_path, monkeypatc
         html.write_page([(str(path), load(path))], page_path)
     assert page_path.read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench-0.html", "bench-0.json"]
+
+
+def test_a_matrix_names_the_fastest_verified_artifact_of_each_model():
+    first = page.groups(matrix_report(4))[0]  # m0: c0 failed, c1; m1: c2 faster than c3
+    assert first.batch == 1 and [f["cell"] for f in first.fastest] == ["c1", "c2"]
+    assert [r["cell"] for r in first.rows[:2]] == ["c1", "c2"]

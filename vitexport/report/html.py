@@ -103,7 +103,9 @@ def _gate(row: dict) -> tuple[str, str]:
 def rows_table(report: dict, group: page.Group, cell_dicts: dict[str, dict]) -> str:
     columns: list[Column] = shown(report, "markdown")
     gate = any(r.get("vs_baseline") for r in report.get("results", []))
-    head = [c.markdown for c in columns[:1]] + ["check", "cosine"] + [c.markdown for c in columns[1:]]
+    # The artifact first (model, target or backend, precision): in a matrix, several models share a
+    # device and a backend, and only this tells their rows apart.
+    head = ["artifact"] + [c.markdown for c in columns[:1]] + ["check", "cosine"] + [c.markdown for c in columns[1:]]
     head += ["gate"] if gate else []
     body = []
     for r in group.rows:
@@ -111,28 +113,30 @@ def rows_table(report: dict, group: page.Group, cell_dicts: dict[str, dict]) -> 
         status = _row_status(r, check)
         texts = cells(r, columns)
         raw = [c.value(r) if (r.get("available") or c.always) else None for c in columns]
-        tds = [(texts[0], raw[0]), (check["status"], check["status"]),
+        tds = [(page.row_name(r), page.row_name(r)), (texts[0], raw[0]), (check["status"], check["status"]),
                ("" if check["cosine"] is None else f"{check['cosine']:.6f}", check["cosine"])]
         tds += list(zip(texts[1:], raw[1:]))
         if gate:
             text, verdict = _gate(r)
             tds.append((text, (r.get("vs_baseline") or {}).get("change")))
-        first = ' class="fastest"' if r is group.fastest else ""
+        first = ' class="fastest"' if any(r is f for f in group.fastest) else ""
         body.append(f'<tr{first} data-backend="{_e(r.get("target") or r.get("backend"))}" '
                     f'data-precision="{_e(r.get("precision"))}" data-status="{_e(status)}">'
                     + "".join(f'<td data-sort="{_e(_sort_value(v))}">{_e(t)}</td>' for t, v in tds) + "</tr>")
     caption = f"{group.device}, batch {group.batch}: every row, the fastest verified artifact first"
-    return (f'<table class="rows sortable"><caption>{_e(caption)}</caption><thead><tr>'
-            + "".join(_th(h) for h in head) + "</tr></thead><tbody>" + "".join(body) + "</tbody></table>")
+    return (f'<div class="scroll"><table class="rows sortable"><caption>{_e(caption)}</caption><thead><tr>'
+            + "".join(_th(h) for h in head) + "</tr></thead><tbody>" + "".join(body) + "</tbody></table></div>")
 
 
 def _fastest_line(group: page.Group) -> str:
-    f = group.fastest
-    if f is None:
+    if not group.fastest:
         return '<p class="fastest">No verified artifact was timed here.</p>'
-    p50, ips = f["latency_ms"]["p50"], f.get("throughput_ips")
-    return (f'<p class="fastest">Fastest verified: <b>{_e(page.row_name(f))}</b>, p50 {p50:.3f} ms'
-            + (f", {ips:.1f} images/s" if ips else "") + ".</p>")
+    said = []
+    for f in group.fastest:
+        p50, ips = f["latency_ms"]["p50"], f.get("throughput_ips")
+        said.append(f"<b>{_e(page.row_name(f))}</b>, p50 {p50:.3f} ms" + (f", {ips:.1f} images/s" if ips else ""))
+    what = "Fastest verified" + (" per model" if len(said) > 1 else "")
+    return f'<p class="fastest">{what}: {"; ".join(said)}.</p>'
 
 
 def _chart(group: page.Group, metric: str) -> str:
@@ -190,8 +194,9 @@ def _cells_section(matrix: dict) -> str:
             f"<p>{len(matrix['cells'])} cells: {_e(counts)} (exit {matrix['exit_code']}). Each cell's check "
             "against PyTorch, and why it failed or could not run.</p>"
             + _controls("cells", ("backend", "precision", "status"))
-            + '<table class="cells sortable"><caption>Every cell of the matrix</caption><thead><tr>'
-            + "".join(_th(h) for h in head) + "</tr></thead><tbody>" + "".join(body) + "</tbody></table></section>")
+            + '<div class="scroll"><table class="cells sortable"><caption>Every cell of the matrix</caption><thead>'
+            + "<tr>" + "".join(_th(h) for h in head) + "</tr></thead><tbody>" + "".join(body)
+            + "</tbody></table></div></section>")
 
 
 def _num(value: Any, spec: str) -> str:

@@ -100,7 +100,9 @@ class Group:
     device: str
     batch: Any
     rows: list[dict]
-    fastest: dict | None  # the verified row with the lowest p50
+    # Per model, the verified row with the lowest p50 (a matrix compares artifacts of each model,
+    # not one model's against another's).
+    fastest: list[dict]
     charts: dict[str, list[Point]] = field(default_factory=dict)  # "cosine" / "accuracy" -> points
 
 
@@ -114,9 +116,14 @@ def groups(report: dict) -> list[Group]:
     for device, rows in by_device.items():
         for batch, group in by_batch(rows):
             checked = [(r, row_check(r, cells)) for r in group]
-            verified = [(r, c) for r, c in checked if c["status"] == VERIFIED and p50(r) is not None]
-            fastest = min(verified, key=lambda rc: p50(rc[0]))[0] if verified else None
-            ordered = ([fastest] if fastest else []) + [r for r in group if r is not fastest]
+            best: dict[Any, dict] = {}
+            for r, c in checked:
+                if c["status"] == VERIFIED and p50(r) is not None:
+                    model = r.get("model")
+                    if model not in best or p50(r) < p50(best[model]):
+                        best[model] = r
+            fastest = list(best.values())
+            ordered = fastest + [r for r in group if not any(r is f for f in fastest)]
             g = Group(device=device, batch=batch, rows=ordered, fastest=fastest)
             for metric in ("cosine", "accuracy"):
                 points = [Point(key=f"{device}|{batch}|{i}", label=row_name(r), latency=p50(r), value=c[metric],

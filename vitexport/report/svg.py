@@ -109,9 +109,8 @@ def scatter(points: list[Point], y_label: str, title: str) -> str:
     front = sorted((p for p in drawn if p.front), key=lambda p: p.latency)
     if len(front) > 1:
         path = f"M{axes.x(front[0].latency):.1f} {axes.y(front[0].value):.1f}"
-        for prev, p in zip(front, front[1:]):
-            path += f"H{axes.x(p.latency):.1f}V{axes.y(p.value):.1f}" if p.value < prev.value else \
-                f"L{axes.x(p.latency):.1f} {axes.y(p.value):.1f}"
+        for p in front[1:]:  # a staircase: what is reachable at no more than each latency
+            path += f"H{axes.x(p.latency):.1f}V{axes.y(p.value):.1f}"
         parts.append(f'<path class="front" d="{path}"/>')
     for n, p in enumerate(points, 1):
         if p.value is None:

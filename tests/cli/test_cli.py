@@ -160,8 +160,15 @@ def test_bench_and_compare_end_to_end(tmp_path):
 
     assert rows[("torch-cuda", 1)]["available"] is torch.cuda.is_available()
     assert data["fingerprint"]["threads"] == data["settings"]["threads"]
+    # Each row says how its artifact was checked (the HTML report charts it against latency).
+    assert rows[("torch", 1)]["verification"] == {"status": "reference"}
+    check = rows[("onnxruntime", 1)]["verification"]
+    assert check["status"] == "verified" and check["cosine_similarity"] > 0.9999
+    assert "vitexport bench" in (tmp_path / "bench-tiny.html").read_text()
     merged = invoke("compare", tmp_path / "r.json", tmp_path / "r.json", "--out", tmp_path / "merged", "--json")
     assert merged.exit_code == 0 and json.loads(merged.stdout)["ranking"]["1"]
+    assert json.loads(merged.stdout)["files"]["html"] == str(tmp_path / "merged.html")
+    assert "vitexport compare" in (tmp_path / "merged.html").read_text()
 
 
 def test_bench_rejects_unknown_backends(tmp_path):

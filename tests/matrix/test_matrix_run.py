@@ -99,7 +99,7 @@ def test_every_cell_passes_and_is_timed(first):
     # The merged report: per model, the fastest verified artifact on each device.
     assert {(f["model"], f["device"], f["batch"], f["candidates"]) for f in merged["matrix"]["fastest"]} == {
         ("tiny-depth1", "local", 1, 2), ("small-depth1", "local", 1, 2)}
-    for ext in ("json", "csv", "md", "png"):
+    for ext in ("json", "csv", "md", "png", "html"):
         assert Path(merged["files"][ext]).is_file()
     assert len(csv_records(merged)) == 4
     assert len(load(out / "reports" / "local.json")["results"]) == 4  # `vitexport compare` reads it

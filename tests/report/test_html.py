@@ -237,3 +237,14 @@ def test_a_matrix_names_the_fastest_verified_artifact_of_each_model():
     first = page.groups(matrix_report(4))[0]  # m0: c0 failed, c1; m1: c2 faster than c3
     assert first.batch == 1 and [f["cell"] for f in first.fastest] == ["c1", "c2"]
     assert [r["cell"] for r in first.rows[:2]] == ["c1", "c2"]
+
+
+def test_a_gate_verdict_is_shown_in_words_with_its_interval():
+    row = checked(result("onnxruntime", 1, 12.0), "verified", 0.9999)
+    row["vs_baseline"] = {"change": 0.12, "low": 0.09, "high": 0.15, "regressed": True, "threshold": 0.1,
+                          "verdict": "regressed"}
+    text = html.render([("bench.json", make_report([row]))])
+    assert "regressed: +12.0% (+9.0%..+15.0%)" in text
+    row["vs_baseline"] = {"change": 0.08, "low": -0.01, "high": 0.17, "regressed": False, "threshold": 0.1,
+                          "verdict": "inconclusive"}
+    assert "inconclusive: +8.0% (-1.0%..+17.0%)" in html.render([("bench.json", make_report([row]))])

@@ -34,8 +34,12 @@ FAILED_DIR = "failed"  # where an artifact that failed its check is kept for ins
 def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
            out_dir: str | Path = "vitexport-out", *, verify: bool = True, atol: float | None = None,
            rtol: float | None = None, seed: int = 0, images: str | Path | None = None, name: str | None = None,
-           gate: "Gate | None" = None, force: bool = False, progress: ProgressLike = None) -> dict[str, Any]:
+           gate: "Gate | None" = None, force: bool = False, progress: ProgressLike = None,
+           loaded: LoadedModel | None = None) -> dict[str, Any]:
     """Export `spec` with `backend` into `out_dir`, verify it against PyTorch, write artifact + sidecar.
+
+    `loaded`: the model already loaded from `spec`, to export again without loading it again (optimize
+    builds every candidate from one load, and PyTorch's outputs for the checks are computed once).
 
     `gate` overrides the precision's accuracy gate on `images` (top-1 agreement, accuracy drop). When
     the check fails and the backend can keep more of the graph in float (`Backend.refine`), the
@@ -62,9 +66,10 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
     require(be.availability(), backend)
     out = prepare_out_dir(out_dir)
     with using(progress) as reporter:
-        reporter.step(f"loading {spec.model}")
         t0 = time.perf_counter()
-        loaded = load(spec)
+        if loaded is None or loaded.spec != spec:
+            reporter.step(f"loading {spec.model}")
+            loaded = load(spec)
         load_s = time.perf_counter() - t0
         job = Job(be, loaded, options, out, verify=verify, atol=atol, rtol=rtol, seed=seed, images=images, name=name,
                   gate=gate, progress=reporter, force=force)

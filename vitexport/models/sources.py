@@ -63,6 +63,10 @@ class LoadedModel:
     output_names: list[str] | None = None  # a model with several outputs names them; else --output-name
     weights_file: str | None = None  # the file weights_sha256 is of
     notes: list[str] = field(default_factory=list)  # what vitexport chose or changed to load and export it
+    # Work done once for this model and reused by every export of it in this process (optimize builds
+    # many candidates from one load): PyTorch's outputs for an input already checked, a backend's
+    # intermediate (its graph before quantization, say). Keys name what the value was made from.
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def describe(self) -> "SourceRecord":
         from vitexport.models.records import SourceRecord

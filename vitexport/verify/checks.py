@@ -36,7 +36,7 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
     with EagerRunner(loaded.model, in_name, record.output_names) as reference, candidate as runner:
         for i, feed in enumerate(feeds):
             progress.note(f"{feed.name} ({i + 1}/{len(feeds)})")
-            ref, cand = reference.run({in_name: feed.x}), runner.run({in_name: feed.x})
+            ref, cand = reference_outputs(loaded, reference, in_name, feed.x), runner.run({in_name: feed.x})
             runs.append((len(feed.x), feed.name, _rows(ref, feed.real), _rows(cand, feed.real)))
             if feed.from_images:
                 image_outputs["reference"].append(ref[out_name][:feed.real])
@@ -59,6 +59,18 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
         progress.step("locating where the outputs diverge")
         report.divergence = be.localize(loaded, path, record, feeds[0].x, tol)
     return report, provider
+
+
+def reference_outputs(loaded: "LoadedModel", reference, in_name: str, x: "np.ndarray") -> dict[str, "np.ndarray"]:
+    """PyTorch's outputs for `x`, computed once per loaded model and input (the model is in eval mode
+    and never changed by an export, so the same input gives the same outputs)."""
+    import hashlib
+
+    key = ("reference", reference.device, in_name, tuple(reference.output_names), x.shape, str(x.dtype),
+           hashlib.sha256(x.tobytes()).hexdigest())
+    if key not in loaded.memo:
+        loaded.memo[key] = reference.run({in_name: x})
+    return loaded.memo[key]
 
 
 def determinism(runner, in_name: str, x: "np.ndarray", first: dict[str, "np.ndarray"]) -> bool:

@@ -35,3 +35,4 @@ def test_another_input_is_run_again(out_dir):
     before = len(loaded.memo)
     pipeline.export("onnx", SPEC, None, out_dir, name="second", loaded=loaded, seed=1)
     assert len(loaded.memo) > before
+

@@ -1,0 +1,30 @@
+"""ONNX exports of one loaded model (optimize's fp32, slimmed and int8 candidates) trace it once and
+slim the traced graph once: the graph's bytes are kept in the model's memo."""
+
+from __future__ import annotations
+
+from vitexport.export import pipeline
+from vitexport.models import sources
+from vitexport.models.sources import SourceSpec
+
+SPEC = SourceSpec("tiny", overrides={"depth": 1})
+
+
+
+def test_onnx_exports_of_one_loaded_model_trace_and_slim_it_once(out_dir, monkeypatch):
+    from vitexport.backends.onnx import export as onnx_export
+    from vitexport.backends.onnx import optimize as onnx_optimize
+    from vitexport.backends.onnx.options import OnnxOptions
+
+    traced, slimmed = [], []
+    trace, slim = onnx_export._torch_export, onnx_optimize.OPTIMIZERS["slim"]
+    monkeypatch.setattr(onnx_export, "_torch_export", lambda *a: traced.append(1) or trace(*a))
+    monkeypatch.setitem(onnx_optimize.OPTIMIZERS, "slim", lambda *a: slimmed.append(1) or slim(*a))
+    loaded = sources.load(SPEC)
+    results = [pipeline.export("onnx", SPEC, OnnxOptions(dynamic_batch=True, **extra), out_dir, name=name,
+                               loaded=loaded)
+               for name, extra in (("fp32", {}), ("slim", {"optimize": "slim"}), ("int8", {"precision": "int8"}))]
+    assert all(r["parity"]["passed"] for r in results)
+    assert len(traced) == 1 and len(slimmed) == 1
+    other = pipeline.export("onnx", SPEC, OnnxOptions(dynamic_batch=False), out_dir, name="static", loaded=loaded)
+    assert other["parity"]["passed"] and len(traced) == 2  # another graph is traced anew

@@ -10,7 +10,6 @@ from vitexport.models.sources import SourceSpec
 SPEC = SourceSpec("tiny", overrides={"depth": 1})
 
 
-
 def test_onnx_exports_of_one_loaded_model_trace_and_slim_it_once(out_dir, monkeypatch):
     from vitexport.backends.onnx import export as onnx_export
     from vitexport.backends.onnx import optimize as onnx_optimize

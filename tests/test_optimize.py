@@ -36,12 +36,14 @@ def test_candidates_of_every_runtime_compete_and_the_fastest_is_published(tmp_pa
     pytest.importorskip("openvino")
     result = optimizing.optimize(TINY, images=IMAGES, budget_s=0.05, rounds=1, out_dir=tmp_path)
     rows = {r["candidate"]: r for r in result["candidates"]}
-    expected = {"fp32", "fp32-slim", "int8-dynamic", "int8-static", "openvino-fp32", "openvino-int8"}
-    assert expected <= set(rows) and ("openvino-bf16" in rows) == bf16_here()
+    expected = {"fp32", "fp32-slim", "int8-dynamic", "int8-static", "openvino-fp32", "openvino-int8-f32"}
+    assert expected <= set(rows) and ("openvino-bf16" in rows) == ("openvino-int8-bf16" in rows) == bf16_here()
     assert {r["runtime"] for r in rows.values()} == {"onnxruntime", "openvino"}
     assert result["runtimes"] == {"onnxruntime": None, "openvino": None}
     assert all(r["passed"] and r["p50_ms"] > 0 for r in rows.values()), rows
-    assert rows["openvino-int8"]["provider"] == "openvino-CPU-int8+fp32"
+    assert rows["openvino-int8-f32"]["provider"] == "openvino-CPU-int8+fp32"
+    if bf16_here():  # the same int8 IR, its float part compiled in bf16: timed, not ruled slower
+        assert rows["openvino-int8-bf16"]["provider"] == "openvino-CPU-int8+bf16"
     assert rows["fp32"]["speedup"] == 1.0  # ONNX Runtime's plain fp32 is what every candidate is compared with
     chosen = rows[result["chosen"]]
     assert chosen["p50_ms"] == min(r["p50_ms"] for r in rows.values())
@@ -60,7 +62,7 @@ def test_candidates_of_every_runtime_compete_and_the_fastest_is_published(tmp_pa
         emit_optimize(result, as_json=False)
     lines = table.getvalue().splitlines()
     assert "runtime" in table.getvalue()
-    assert any("openvino-int8" in line and "openvino" in line.replace("openvino-int8", "") for line in lines)
+    assert any("openvino-int8-f32" in line and "openvino" in line.replace("openvino-int8-f32", "") for line in lines)
     assert any(line.strip().startswith("int8-static") and "onnxruntime" in line for line in lines)
 
 
@@ -79,6 +81,29 @@ def test_bf16_wins_over_fp32_when_int8_fails_its_gate():
     why = optimizing.reason(chosen, rows, "cpu", 1)
     assert "openvino" in why["why"] and "1.72x fp32 in onnxruntime" in why["why"]
     assert why["others"]["int8-static"].startswith("failed its check")
+
+
+def test_openvino_int8_competes_in_each_float_precision_the_cpu_computes_natively(monkeypatch):
+    """int8 IR's float part in f32 always, in bf16 and f16 where the CPU computes them natively, each a
+    candidate of its own; what runs here, on a CPU with bf16, and on one without (simulated)."""
+    pytest.importorskip("openvino")
+    from vitexport.backends.openvino import devices
+
+    def int8_candidates() -> dict[str, str]:
+        offered, _ = optimizing.gather("cpu", str(IMAGES), ["openvino"])
+        return {c.label: c.options.inference_precision for _, c in offered if c.options.precision == "int8"}
+
+    here = {"openvino-int8-f32": "f32"}
+    if devices.bf16_reason("CPU") is None:
+        here["openvino-int8-bf16"] = "bf16"
+    if "FP16" in devices.capabilities("CPU"):
+        here["openvino-int8-f16"] = "f16"
+    assert int8_candidates() == here
+    monkeypatch.setattr(devices, "capabilities", lambda device: {"FP32", "INT8"})  # AVX2 only, say
+    assert int8_candidates() == {"openvino-int8-f32": "f32"}
+    monkeypatch.setattr(devices, "capabilities", lambda device: {"FP32", "BF16", "INT8"})  # AVX-512 BF16 or AMX
+    monkeypatch.setattr(devices, "bf16_reason", lambda device: None)
+    assert int8_candidates() == {"openvino-int8-f32": "f32", "openvino-int8-bf16": "bf16"}
 
 
 def test_a_runtime_that_cannot_run_here_offers_nothing_and_says_why(monkeypatch):

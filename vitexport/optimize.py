@@ -1,8 +1,9 @@
 """`vitexport optimize`: build every candidate that every runtime able to run the target here offers
 (ONNX Runtime's fp32, optimised fp32, int8 dynamic and static, fp16 on a GPU; OpenVINO's fp32, bf16
-and int8 on a CPU; ...), verify each against PyTorch with its accuracy gate, time them all in one
-benchmark run (each runtime in its own worker processes, the cells taking turns), and publish the
-fastest that passed, whatever its runtime, saying why in its sidecar.
+and int8 with its float part in each precision the CPU computes natively; ...), verify each against
+PyTorch with its accuracy gate, time them all in one benchmark run (each runtime in its own worker
+processes, the cells taking turns), and publish the fastest that passed, whatever its runtime, saying
+why in its sidecar. No precision is ruled faster in advance: which one wins depends on the machine.
 
 Each backend says what it offers through `Backend.candidates(target, ...)`, and each candidate names
 the bench target that times it, so a new runtime competes by declaring its candidates, nothing else.

@@ -1,5 +1,6 @@
 """OpenVINO: convert to IR (NAME.xml + NAME.bin), run it with Intel's runtime on a CPU, GPU or NPU,
-and check it against PyTorch, in fp32 (pinned), bf16, fp16 weights or NNCF int8.
+and check it against PyTorch, in fp32 (pinned), bf16, fp16 weights or NNCF int8 (its float part in
+the precision --inference-precision resolves at export, recorded and pinned from then on).
 
 options: flags and their rules. convert: PyTorch -> IR. quantize: NNCF int8. devices: OpenVINO's
 devices, their capabilities and the precision each compile is pinned to. runner: running an IR.
@@ -57,7 +58,8 @@ class OpenVinoBackend(Backend):
         from vitexport.backends.openvino import devices
 
         device = (record.options.get("device") or "CPU").upper()
-        why = devices.absent_reason(device) or (devices.bf16_reason(device) if record.precision == "bf16" else None)
+        hint = "bf16" if record.precision == "bf16" else devices.recorded_hint(record)
+        why = devices.absent_reason(device) or (devices.hint_reason(hint, device) if hint else None)
         return Availability(why is None, why or "")
 
     def export(self, loaded, options: OpenVinoOptions, out_path: Path, upstream=None) -> Artifact:
@@ -70,6 +72,7 @@ class OpenVinoBackend(Backend):
                 from vitexport.core.errors import BackendUnavailable
 
                 raise BackendUnavailable(why)
+        float_part = _float_part(options) if options.precision == "int8" else None  # refused before any work too
         calibration = None
         if options.precision == "int8":
             from vitexport.verify.feeds import load_images
@@ -82,12 +85,18 @@ class OpenVinoBackend(Backend):
             info["int8"]["calibration"] = calibration_set(options.calibration_images)
         device = options.device_name
         info["device"] = device
-        info["compile_config"] = {"INFERENCE_PRECISION_HINT": _hint_or_none(options.precision, device)}
+        if float_part is None:
+            info["compile_config"] = {"INFERENCE_PRECISION_HINT": _hint_or_none(options.precision, device)}
+        else:  # every later compile pins this hint (devices.recorded_hint)
+            info["compile_config"] = {"INFERENCE_PRECISION_HINT": float_part[0]}
+            info["float_part"] = {"hint": float_part[0], "how": float_part[1]}
         return Artifact(out_path, self.name, precision=options.precision, input_names=[options.input_name],
                         output_names=output_names(loaded, options), dynamic_batch=options.dynamic_batch, info=info)
 
     def name_tag(self, options: OpenVinoOptions) -> str:
         tag = "" if options.precision == "fp32" else f"-{options.precision}"
+        if options.precision == "int8" and options.inference_precision != "auto":
+            tag += f"-{options.inference_precision}"
         return tag + ("" if options.device_name == "CPU" else f"-{options.device_name.lower()}")
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
@@ -100,7 +109,8 @@ class OpenVinoBackend(Backend):
 
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
         """OpenVINO in Python on the device it was checked on (--device picks another), its precision
-        pinned as at export."""
+        pinned as at export (int8's float part: the hint its sidecar records)."""
+        from vitexport.backends.openvino import devices
         from vitexport.core.errors import UsageError
 
         if target.language != "python":
@@ -110,7 +120,8 @@ class OpenVinoBackend(Backend):
                            install="`pip install openvino numpy`",
                            settings={"file": path.name, "input_name": record.input_names[0],
                                      "output_names": list(record.output_names), "precision": record.precision,
-                                     "device": (record.options.get("device") or "CPU").upper()},
+                                     "device": (record.options.get("device") or "CPU").upper()}
+                           | _pinned_setting(devices.recorded_hint(record)),
                            notes=("`python3 check.py --device GPU` (or NPU) checks on that device; the report says "
                                   "which device ran and the precision it computed in.",))
 
@@ -134,7 +145,9 @@ class OpenVinoBackend(Backend):
 
     def candidates(self, target: str, calibration_images: str | None) -> list[Candidate]:
         """On a CPU: fp32 (pinned), bf16 where the CPU computes it natively, and int8 with images to
-        calibrate on. fp16 weights gain nothing on a CPU (they are widened to fp32 at load)."""
+        calibrate on, its float part in each precision the CPU computes natively (f32; bf16, f16 where
+        it has them): which is faster depends on the CPU, so they are timed, not ruled. fp16 weights
+        gain nothing on a CPU (they are widened to fp32 at load)."""
         if target != "cpu" or not self.runs_here().ok:
             return []
         from vitexport.backends.openvino import devices
@@ -144,8 +157,9 @@ class OpenVinoBackend(Backend):
         if devices.bf16_reason("CPU") is None:
             found.append(Candidate("openvino-bf16", OpenVinoOptions(**base, precision="bf16"), TIMER))
         if calibration_images:
-            found.append(Candidate("openvino-int8", OpenVinoOptions(**base, precision="int8",
-                                                                    calibration_images=calibration_images), TIMER))
+            int8 = {**base, "precision": "int8", "calibration_images": calibration_images}
+            found += [Candidate(f"openvino-int8-{hint}", OpenVinoOptions(**int8, inference_precision=hint), TIMER)
+                      for hint in ("f32", "bf16", "f16") if devices.hint_reason(hint, "CPU") is None]
         return found
 
     def bench_targets(self) -> list[BenchTarget]:
@@ -165,13 +179,14 @@ class OpenVinoBackend(Backend):
         return devices.absent_reason(target.run.providers[0])
 
     def bench_unavailable_for(self, target: BenchTarget, record) -> str | None:
-        why = self.bench_unavailable(target)
-        if why or record.precision != "bf16":
-            return why
         from vitexport.backends.openvino import devices
 
+        why = self.bench_unavailable(target)
+        hint = "bf16" if record.precision == "bf16" else devices.recorded_hint(record)
+        if why or hint is None:
+            return why
         device = target.run.providers[0] if target.run.providers else "CPU"
-        return devices.bf16_reason(device if devices.present(device) else "CPU")
+        return devices.hint_reason(hint, device if devices.present(device) else "CPU")
 
     def roofline_basis(self, provider: str | None) -> str | None:
         return "cpu" if (provider or "").startswith("openvino-CPU") else None  # no rate measured for GPUs or NPUs
@@ -195,6 +210,25 @@ class OpenVinoBackend(Backend):
         if "nncf" not in tools:
             notes.append("NNCF is not installed: --precision int8 needs it (pip install 'vitexport[openvino]')")
         return Diagnosis(notes, {"versions": tools, "devices": found})
+
+
+def _float_part(options: OpenVinoOptions) -> tuple[str | None, str]:
+    """int8's float part: the hint every compile will pin, resolved on the device now (a precision it
+    does not compute natively is refused), and how it was chosen. A device absent here cannot be asked:
+    an explicit choice is recorded as given (checked where it runs), auto is left to the precision's rule."""
+    from vitexport.backends.openvino import devices
+
+    device, choice = options.device_name, options.inference_precision
+    if not devices.present(device):
+        if choice == "auto":
+            return None, f"auto: {device} was absent at export; the float part follows the int8 rule where it runs"
+        return choice, f"asked for; {device} was absent at export, so checked where it runs"
+    return devices.resolve_float_part(choice, device)
+
+
+def _pinned_setting(hint: str | None) -> dict:
+    """The deploy package's runner pins the recorded float-part hint; older packages' settings have none."""
+    return {"inference_precision_hint": hint} if hint else {}
 
 
 def _hint_or_none(precision: str, device: str) -> str | None:

@@ -11,8 +11,9 @@ import functools
 
 from vitexport.core.errors import BackendUnavailable, first_line
 
-# OpenVINO's element types as vitexport names precisions.
+# OpenVINO's element types as vitexport names precisions, and back.
 TYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
+HINTS = {name: hint for hint, name in TYPE_NAMES.items()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -64,6 +65,50 @@ def bf16_reason(device: str) -> str | None:
     return None
 
 
+def fp16_reason(device: str) -> str | None:
+    """Why `device` cannot compute in fp16 natively; None when it can."""
+    caps = capabilities(device)
+    if "FP16" in caps:
+        return None
+    return (f"f16 needs fp16 arithmetic (AVX-512 FP16 or AMX-FP16 on x86, or a GPU or NPU); OpenVINO's {device} "
+            f"here reports {', '.join(sorted(caps)) or 'no capabilities'}")
+
+
+def hint_reason(hint: str, device: str) -> str | None:
+    """Why `device` cannot compute in the INFERENCE_PRECISION_HINT `hint` natively; None when it can."""
+    return {"bf16": bf16_reason, "f16": fp16_reason}.get(hint, lambda device: None)(device)
+
+
+def resolve_float_part(choice: str, device: str) -> tuple[str, str]:
+    """int8 IR's float part on `device` (present here): the hint to pin for --inference-precision
+    `choice`, and in words how it was chosen. Raises BackendUnavailable for a precision the device
+    does not compute natively (it would compute another one under that label, or not compile).
+
+    auto is what the device computes in when nobody asks (bf16 on CPUs with native bf16, f16 on
+    GPUs), resolved now so that every later compile pins the same thing; f32 when that default does
+    not compile here (an instruction set capped below what the device lists)."""
+    if choice != "auto":
+        why = hint_reason(choice, device)
+        if why:
+            raise BackendUnavailable(why)
+        return choice, "asked for"
+    computed, error = probe(device, None)
+    hint = HINTS.get(computed or "")
+    why = error or (f"it computes in {computed}" if hint is None else hint_reason(hint, device))
+    if why:
+        return "f32", f"auto: OpenVINO's default on {device} does not run here ({why}); f32 instead"
+    return hint, f"auto: what OpenVINO's {device} computes in when not told"
+
+
+def recorded_hint(record) -> str | None:
+    """The float-part hint an int8 IR's export resolved and recorded (--inference-precision), which
+    every compile of it pins; None for other precisions, for sidecars written before the option (they
+    keep `precision_hint`), and where the device was absent at export with auto."""
+    if record.precision != "int8" or "inference_precision" not in record.options:
+        return None
+    return (record.info.get("compile_config") or {}).get("INFERENCE_PRECISION_HINT")
+
+
 @functools.lru_cache(maxsize=None)
 def probe(device: str, hint: str | None) -> tuple[str | None, str | None]:
     """(the precision `device` computes a small attention-like model in with `hint`, or None and why
@@ -84,12 +129,13 @@ def probe(device: str, hint: str | None) -> tuple[str | None, str | None]:
 
 
 def precision_hint(precision: str, device: str) -> str:
-    """INFERENCE_PRECISION_HINT for an IR of `precision` on `device`.
+    """INFERENCE_PRECISION_HINT for an IR of `precision` on `device`, where its sidecar records none.
 
     fp32 and bf16 pin themselves. fp16 weights are computed in fp16 where the device has fp16
-    arithmetic (GPUs, NPUs, CPUs with AVX-512 FP16 or AMX-FP16), else in fp32. int8 IR runs its
-    quantized ops in int8 and the rest in fp32 on a CPU (measured faster than bf16 there: the int8
-    kernels take fp32 in and out) and in fp16 on devices whose native float is fp16."""
+    arithmetic (GPUs, NPUs, CPUs with AVX-512 FP16 or AMX-FP16), else in fp32. int8 IR exported with
+    --inference-precision pins what its export recorded (`recorded_hint`); older int8 IR keeps the
+    rule it was verified under: the float part in fp32 on a CPU, in fp16 on devices whose native
+    float is fp16."""
     if precision in ("fp32", "bf16"):
         return "f32" if precision == "fp32" else "bf16"
     if device != "CPU" or precision == "fp16":
@@ -97,10 +143,11 @@ def precision_hint(precision: str, device: str) -> str:
     return "f32"
 
 
-def compile_config(precision: str, device: str, threads: int | None) -> dict:
-    """What compile_model is given: the pinned precision, the latency hint (one stream, the whole
-    batch in one request, as a benchmark of one caller measures), and the thread count."""
-    config = {"INFERENCE_PRECISION_HINT": precision_hint(precision, device), "PERFORMANCE_HINT": "LATENCY"}
+def compile_config(precision: str, device: str, threads: int | None, hint: str | None = None) -> dict:
+    """What compile_model is given: the pinned precision (`hint`, the one the sidecar recorded, else
+    the precision's rule), the latency hint (one stream, the whole batch in one request, as a
+    benchmark of one caller measures), and the thread count."""
+    config = {"INFERENCE_PRECISION_HINT": hint or precision_hint(precision, device), "PERFORMANCE_HINT": "LATENCY"}
     if threads and device == "CPU":
         config["INFERENCE_NUM_THREADS"] = int(threads)
     return config

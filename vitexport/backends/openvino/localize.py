@@ -45,7 +45,7 @@ def block_outputs(loaded, artifact: Path, record, x: np.ndarray):
     """Each encoder block's output from the IR and from PyTorch on `x`, in block order, or a string
     saying why they cannot be read. Runs on the device the IR was checked on (the CPU when that is
     absent), in the precision it is checked in."""
-    from vitexport.backends.openvino.devices import compile_config, core, present
+    from vitexport.backends.openvino.devices import compile_config, core, present, recorded_hint
 
     blocks = encoder_blocks(loaded.model)
     if not blocks:
@@ -60,7 +60,8 @@ def block_outputs(loaded, artifact: Path, record, x: np.ndarray):
         return "OpenVINO would not expose the blocks' outputs"
     device = (record.options.get("device") or "CPU").upper()
     device = device if present(device) else "CPU"
-    compiled = core().compile_model(model, device, compile_config(record.precision, device, None))
+    compiled = core().compile_model(model, device, compile_config(record.precision, device, None,
+                                                                  recorded_hint(record)))
     results = compiled.create_infer_request().infer({record.input_names[0]: np.ascontiguousarray(x)})
     values = {path: np.asarray(results[before + i]) for i, path in enumerate(nodes)}
     reference = reference_block_outputs(loaded.model, [b for b in nodes if b != STEM], x)

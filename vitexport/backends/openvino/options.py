@@ -11,6 +11,8 @@ from vitexport.core.options import option
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 DEVICES = ("CPU", "GPU", "NPU")
+# What int8 IR computes its float part in: OpenVINO's INFERENCE_PRECISION_HINT values, or auto.
+INFERENCE_PRECISIONS = ("auto", "f32", "bf16", "f16")
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,11 @@ class OpenVinoOptions(ExportOptions):
                                 "the check runs where the numbers will come from).", choices=DEVICES,
                          fold_case=True)
     calibration_images: str | None = option(None, "Images that calibrate int8 (often the --images folder).")
+    inference_precision: str = option("auto", "What int8 IR computes its float part in (LayerNorm, Softmax, GELU, "
+                                              "the ops kept in float): auto (what OpenVINO computes in on --device "
+                                              "when not told, resolved at export), f32, bf16 (native bf16 only) or "
+                                              "f16 (fp16 arithmetic only). Recorded in the sidecar and pinned in "
+                                              "every later compile.", choices=INFERENCE_PRECISIONS)
     keep_fp32: tuple[str, ...] = option((), "Also keep these in float in int8 IR: OpenVINO op types, node names, "
                                             "globs over node names, or module paths such as blocks.0 or head "
                                             "(comma separated).")
@@ -36,7 +43,8 @@ class OpenVinoOptions(ExportOptions):
             raise UsageError("int8 needs calibration images: give --calibration-images DIR")
         if self.precision != "int8":
             for flag, given in (("--calibration-images", self.calibration_images is not None),
-                                ("--keep-fp32", bool(self.keep_fp32))):
+                                ("--keep-fp32", bool(self.keep_fp32)),
+                                ("--inference-precision", self.inference_precision != "auto")):
                 if given:
                     raise UsageError(f"{flag} applies to --precision int8")
         if self.precision == "bf16" and self.device_name != "CPU":

@@ -16,11 +16,16 @@ float. Measured choices (docs/backends/openvino.md; `benchmarks/openvino_speed.p
 Also kept in float: --keep-fp32 (op types, node names, globs over names, or module paths) and the
 encoder blocks the accuracy search chose. A converted PyTorch module's node names carry the module
 path they came from (`__module.blocks.0.attn.qkv/aten::linear/MatMul`).
+
+The last int8 IR is kept in memory, keyed by everything that determines it (the converted model's
+bytes, the calibration images, the batch, the keep-lists): IR that differ only in the precision
+their float part is compiled in (`vitexport optimize`'s candidates) are calibrated once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import fnmatch
 import io
 import re
@@ -35,9 +40,11 @@ if TYPE_CHECKING:
 
     from vitexport.backends.openvino.options import OpenVinoOptions
 
+_LAST: dict = {}  # {fingerprint: (int8 model, facts)}: the last quantization, reused for the same inputs
 SKIPPED_TYPES = ("Constant", "Parameter", "Result")
 WEIGHT_OPS = ("MatMul", "Convolution")  # the ops whose weights int8 quantizes
 _SCOPE = re.compile(r"^__module\.([^/]+)/")
+_NUMBERED_NAME = re.compile(r'name="[A-Za-z]+_?\d+"')
 
 
 def node_scope(name: str) -> str:
@@ -157,8 +164,13 @@ def quantize_ir(model, options: "OpenVinoOptions", calibration: "np.ndarray", ba
     if calibration is None or len(calibration) == 0:
         raise UsageError("int8 calibration needs at least one image")
     why = kept_float(model, options)
-    items = batches(calibration, batch)
     reporter = current()
+    key = fingerprint(model, options, calibration, batch)
+    if key in _LAST:
+        reporter.note("int8 calibration reused: the same model, images and keep-lists as the last int8 IR")
+        quantized, facts = _LAST[key]
+        return quantized.clone(), copy.deepcopy(facts)
+    items = batches(calibration, batch)
     reporter.step(f"calibrating int8 with NNCF on {len(calibration)} images")
     params = nncf.AdvancedQuantizationParameters(
         smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=-1))  # -1: SmoothQuant off (see above)
@@ -170,12 +182,41 @@ def quantize_ir(model, options: "OpenVinoOptions", calibration: "np.ndarray", ba
     products = activation_products(model)
     shown = {name: reason for name, reason in why.items() if name in weights or name in products}
     fake_quantize = sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ordered_ops())
-    return quantized, {
+    facts = {
         "mode": "static", "tool": f"nncf {nncf.__version__}",
         "scheme": "ModelType.TRANSFORMER, preset MIXED, SmoothQuant off",
         "activations": f"int8 asymmetric per tensor, ranges from {len(calibration)} calibration images",
         "weights": "int8 symmetric, per output channel", "quantized_nodes": sum(w not in why for w in weights),
         "fake_quantize_nodes": fake_quantize, "kept_float": shown}
+    _LAST.clear()  # one kept: a ViT-B's is hundreds of megabytes
+    _LAST[key] = (quantized.clone(), copy.deepcopy(facts))
+    return quantized, facts
+
+
+def fingerprint(model, options: "OpenVinoOptions", calibration: "np.ndarray", batch: int) -> str:
+    """A digest of everything quantize_ir's result depends on: the float model as serialized (topology,
+    attributes, weights), the calibration images, the batch, and what is kept in float."""
+    import hashlib
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+    import openvino
+
+    digest = hashlib.blake2b(digest_size=32)
+    with tempfile.TemporaryDirectory() as folder:
+        xml, weights = Path(folder, "model.xml"), Path(folder, "model.bin")
+        openvino.serialize(model, str(xml), str(weights))
+        # Names OpenVINO numbers from a process-wide counter (Model3, Constant_3432) differ between two
+        # conversions of the same model; layers are wired by id, so the names carry nothing else.
+        digest.update(_NUMBERED_NAME.sub('name=""', xml.read_text(encoding="utf-8")).encode())
+        with open(weights, "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                digest.update(block)
+    rows = np.ascontiguousarray(calibration, dtype=np.float32)
+    digest.update(repr((rows.shape, batch, options.keep_fp32, options.search_keep)).encode())
+    digest.update(rows.tobytes())
+    return digest.hexdigest()
 
 
 def batches(images: "np.ndarray", batch: int) -> list:

@@ -38,22 +38,26 @@ class OpenVinoRunner(Runner):
     def open(self) -> None:
         record = self.record
         device = device_for(record, self.requested, self.allow_fallback)
-        if record.precision == "bf16":
-            why = devices.bf16_reason(device)
-            if why:
-                raise BackendUnavailable(why)
+        # int8 IR's float part: the hint its export resolved and recorded, on whatever device it runs.
+        pinned = devices.recorded_hint(record)
+        needed = "bf16" if record.precision == "bf16" else pinned
+        why = devices.hint_reason(needed, device) if needed else None
+        if why:
+            raise BackendUnavailable(why)
         core = devices.core()
         try:
             model = core.read_model(str(self.path))
             compiled = core.compile_model(model, device, devices.compile_config(record.precision, device,
-                                                                                  self.threads))
+                                                                                  self.threads, pinned))
         except Exception as e:
             raise RuntimeFailure(f"OpenVINO cannot load {self.path.name} on {device}: {first_line(e)}") \
                 from None
         computed = devices.ran(compiled)
-        if record.precision in ("fp32", "bf16") and computed != record.precision:
+        expected = record.precision if record.precision in ("fp32", "bf16") else devices.TYPE_NAMES.get(pinned)
+        if expected and computed != expected:
             # The pin did not hold: numbers from here would be labelled with a precision that did not run.
-            raise RuntimeFailure(f"OpenVINO's {device} computes this {record.precision} IR in {computed}")
+            what = f"{record.precision} IR" if record.precision != "int8" else f"int8 IR's float part (pinned {pinned})"
+            raise RuntimeFailure(f"OpenVINO's {device} computes this {what} in {computed}")
         self.computed = computed
         # int8 IR: the quantized ops in int8, the rest in what the device computed.
         label = f"int8+{computed}" if record.precision == "int8" else computed

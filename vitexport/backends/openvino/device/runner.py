@@ -1,7 +1,8 @@
 """Runs this package's OpenVINO IR with openvino.Core, for check.py (numpy and openvino only).
 
 settings (manifest.json): file, input_name, output_names, precision (of the IR), device (the one it
-was checked on at export).
+was checked on at export), and for int8 IR exported with --inference-precision the hint its float part
+was resolved to and verified in (inference_precision_hint).
 
 The precision is pinned as at export: on a CPU with native bf16, OpenVINO would otherwise compute an
 fp32 IR in bf16. The report says which precision the compiled model computes in.
@@ -19,9 +20,16 @@ def add_arguments(parser):
     parser.add_argument("--threads", type=int, default=None, help="CPU inference threads (default: OpenVINO's)")
 
 
-def hint_for(precision, device, capabilities):
+def hint_for(precision, device, capabilities, recorded=None):
     """The INFERENCE_PRECISION_HINT for an IR of `precision` on a device with `capabilities`: fp32 and
-    bf16 pin themselves; fp16 weights and int8 IR compute their float ops in fp16 where the device has it."""
+    bf16 pin themselves; int8 IR pins the hint its export recorded; fp16 weights (and int8 IR packaged
+    before that was recorded) compute their float ops in fp16 where the device has it."""
+    if recorded:
+        native = {"bf16": "BF16", "f16": "FP16"}.get(recorded)
+        if native and native not in capabilities:
+            raise ImportError("this IR was verified with its float part in {}; this device does not compute it "
+                              "natively (its capabilities: {})".format(recorded, ", ".join(sorted(capabilities))))
+        return recorded
     if precision == "fp32":
         return "f32"
     if precision == "bf16":
@@ -42,16 +50,19 @@ class OpenVinoRunner:
         if device not in core.available_devices:
             raise ImportError("OpenVINO has no {} here (it has {})".format(device, ", ".join(core.available_devices)))
         capabilities = set(core.get_property(device, "OPTIMIZATION_CAPABILITIES"))
-        precision = settings["precision"]
-        config = {"INFERENCE_PRECISION_HINT": hint_for(precision, device, capabilities), "PERFORMANCE_HINT": "LATENCY"}
+        precision, recorded = settings["precision"], settings.get("inference_precision_hint")
+        config = {"INFERENCE_PRECISION_HINT": hint_for(precision, device, capabilities, recorded),
+                  "PERFORMANCE_HINT": "LATENCY"}
         if getattr(args, "threads", None) and device == "CPU":
             config["INFERENCE_NUM_THREADS"] = int(args.threads)
         compiled = core.compile_model(core.read_model(str(folder / settings["file"])), device, config)
         hint = compiled.get_property("INFERENCE_PRECISION_HINT")
         name = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
         computed = NAMES.get(name, name)
-        if precision in ("fp32", "bf16") and computed != precision:
-            raise RuntimeError("OpenVINO's {} computes this {} IR in {}".format(device, precision, computed))
+        expected = precision if precision in ("fp32", "bf16") else NAMES.get(recorded)
+        if expected and computed != expected:
+            raise RuntimeError("OpenVINO's {} computes this {} IR in {}, not {}".format(device, precision, computed,
+                                                                                    expected))
         self.input_name, self.output_names = settings["input_name"], list(settings["output_names"])
         self.outputs = [compiled.output(n) for n in self.output_names]
         self.request = compiled.create_infer_request()

@@ -229,6 +229,7 @@ class Backend(ABC):
     extra: ClassVar[str | None] = None  # `pip install 'vitexport[EXTRA]'` brings its libraries
     tool_packages: ClassVar[tuple[str, ...]] = ()  # distributions whose versions records and fingerprints list
     exports: ClassVar[bool] = True  # False for the eager reference, which has no artifact
+    runs_torch: ClassVar[bool] = False  # its runner runs in torch (see runs_torch_for)
     tolerances: ClassVar[dict[str, "Tolerance"]] = {}  # precision labels of its own (e.g. palette6)
 
     @abstractmethod
@@ -243,6 +244,11 @@ class Backend(ABC):
         """For `vitexport doctor`: notes and facts about this backend here. Only doctor calls it, so
         it may import the backend's libraries and try them (create a session, a builder)."""
         return Diagnosis()
+
+    def runs_torch_for(self, run: RunOptions) -> bool:
+        """Whether running an artifact as `run` needs torch in the process: a bench worker imports it
+        (and fixes its threads) before loading only then. `runs_torch` unless a backend says otherwise."""
+        return self.runs_torch
 
     def runs_here_for(self, record: "ArtifactRecord") -> Availability:
         """Whether this machine can check this particular artifact: one backend's artifacts may differ

@@ -14,6 +14,7 @@ class EagerBackend(Backend):
     suffix = ".torch"  # eager has no artifact of its own; it runs the recorded source
     summary = "PyTorch eager: the reference, and the torch bench rows."
     exports = False
+    runs_torch = True
 
     def availability(self) -> Availability:
         return Availability(True)

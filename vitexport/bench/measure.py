@@ -59,12 +59,16 @@ def apply_threads(threads: int, *, torch: bool = True) -> dict[str, Any]:
     os.environ.update(env)
     applied: dict[str, Any] = {"threads": threads, "env": env, "late": late, "ort": ort_thread_options(threads)}
     if torch:
-        import torch as _torch
-
-        _torch.set_num_threads(threads)
-        applied["torch"] = _torch.get_num_threads()
-        applied["torch_interop"] = _torch.get_num_interop_threads()
+        applied.update(torch_threads(threads))
     return applied
+
+
+def torch_threads(threads: int) -> dict[str, int]:
+    """Import torch, fix its intra-op pool at `threads` and return its pools' sizes, for the report."""
+    import torch
+
+    torch.set_num_threads(threads)
+    return {"torch": torch.get_num_threads(), "torch_interop": torch.get_num_interop_threads()}
 
 
 def peak_rss_mb() -> float:

@@ -44,6 +44,8 @@ class ModelKernel:
         be = backends.get(job["backend"])
         run = RunOptions(**{**job["run"], "providers": tuple(job["run"]["providers"]), "threads": threads})
         self.seed, self.feeds = job["seed"], {}
+        import numpy  # noqa: F401 (before the clock, as when torch brought it: load_s stays the runtime's own)
+
         self.runner, self.load_s = time_load(lambda: be.load(job.get("artifact"), self.record, run).__enter__())
         self.provider = self.runner.provider
 
@@ -99,12 +101,15 @@ class Worker:
             return failure(e)
 
     def op_open(self, r: dict) -> dict:
-        from vitexport.bench.measure import apply_threads
+        from vitexport.bench.measure import apply_threads, torch_threads
 
-        # First: before numpy, torch or ONNX Runtime load. Only processes that run torch import it.
-        applied = apply_threads(r["threads"], torch=r["kind"] == "model" or r.get("library", "").startswith("torch"))
+        # First: before numpy, torch or ONNX Runtime load. Only processes that run torch import it (an
+        # ONNX Runtime or OpenVINO row would pay over a second and its memory for nothing).
+        applied = apply_threads(r["threads"], torch=runs_torch(r))
         self.threads = r["threads"]
         self.kernel = (ModelKernel if r["kind"] == "model" else ProductKernel)(r, self.threads)
+        if "torch" in sys.modules and "torch" not in applied:  # a runner that imports torch without saying so
+            applied.update(torch_threads(self.threads))
         return {"load_s": self.kernel.load_s, "provider": self.kernel.provider, "threads_applied": applied,
                 "flop": getattr(self.kernel, "flop", None), "what": getattr(self.kernel, "what", None)}
 
@@ -140,6 +145,19 @@ class Worker:
         if self.kernel is not None:
             self.kernel.close()
         return {"peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": peak_gpu_mb()}
+
+
+def runs_torch(job: dict) -> bool:
+    """Whether the kernel of an open request runs in torch. A backend's package is light (no numpy,
+    no torch), so asking it comes before the thread count is fixed."""
+    if job["kind"] != "model":
+        return job.get("library", "").startswith("torch")
+    from vitexport import backends
+    from vitexport.backends.base import RunOptions
+
+    backends.register(job["backend"], job["module"])  # a backend registered at run time too
+    run = RunOptions(**{**job["run"], "providers": tuple(job["run"]["providers"])})
+    return backends.get(job["backend"]).runs_torch_for(run)
 
 
 def failure(e: BaseException) -> dict:

@@ -37,6 +37,7 @@ class ExecuTorchBackend(Backend):
     Options = ExecuTorchOptions
     extra = "executorch"
     tool_packages = ("executorch", "torchao")
+    runs_torch = True
 
     def availability(self) -> Availability:
         return _available(lambda libs: libs.import_exir())

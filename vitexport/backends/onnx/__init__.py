@@ -139,6 +139,13 @@ class OnnxBackend(Backend):
                 BenchTarget("onnxruntime-tensorrt", self.name,
                             RunOptions(providers=("TensorrtExecutionProvider",), allow_fallback=False))]
 
+    def runs_torch_for(self, run: RunOptions) -> bool:
+        # A GPU provider finds CUDA and cuDNN among the libraries `import torch` loads (pip's nvidia
+        # packages are on no library path), as in every process that exports; a CPU session needs none.
+        from vitexport.backends.onnx.providers import CPU, canonical
+
+        return any(canonical(p) != CPU for p in run.providers)
+
     def bench_unavailable(self, target: BenchTarget) -> str | None:
         here = self.availability()
         if not here.ok:

@@ -35,6 +35,7 @@ class TensorRTBackend(Backend):
     builds_from = "onnx"
     extra = "tensorrt-rtx"
     tool_packages = ("tensorrt*",)
+    runs_torch = True
 
     def availability(self) -> Availability:
         from vitexport.backends.tensorrt import generations

@@ -57,6 +57,7 @@ class TorchScriptBackend(Backend):
     name = "torchscript"
     suffix = ".pt"
     summary = "Trace to TorchScript (.pt), reload it and check it against PyTorch."
+    runs_torch = True
 
     def availability(self) -> Availability:
         return Availability(True)

@@ -30,10 +30,18 @@ def digest(value: Any) -> str:
 
 
 class Digests:
-    """Contents digests of files and folders, each read once per run (a checkpoint can be gigabytes)."""
+    """Contents digests of files and folders, each read once per run (a checkpoint can be gigabytes),
+    and each backend's tool versions, read once per run (each read scans every installed distribution:
+    about 0.1 s, which every export of a large plan would pay again)."""
 
     def __init__(self):
         self.seen: dict[tuple, str] = {}
+        self.versions: dict[str, dict[str, str]] = {}
+
+    def tools(self, backend: str) -> dict[str, str]:
+        if backend not in self.versions:
+            self.versions[backend] = tool_versions(backend)
+        return dict(self.versions[backend])
 
     def of(self, path: str | Path) -> str | None:
         """sha256 over a file, or over a folder's files and their relative names; None if it is gone."""
@@ -114,7 +122,7 @@ def export_inputs(plan: Plan, model: Model, target: Target, digests: Digests) ->
         "check": {"images": digests.of(check.images) if check.images else None, "atol": check.atol,
                   "rtol": check.rtol, "min_top1_agreement": check.min_top1_agreement,
                   "max_accuracy_drop": check.max_accuracy_drop, "seed": plan.seed},
-        "tools": tool_versions(target.backend),
+        "tools": digests.tools(target.backend),
     }
 
 

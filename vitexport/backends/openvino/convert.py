@@ -24,7 +24,12 @@ def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None
     `calibration`: the int8 images as an (N, C, H, W) array."""
     import openvino
 
-    model, batch = convert(loaded, options)
+    # One conversion per loaded model and graph shape: optimize's fp32, bf16 and int8 candidates are
+    # the same traced graph, compiled or quantized differently.
+    key = ("openvino-convert", options.dynamic_batch, options.input_name, tuple(output_names(loaded, options)))
+    if key not in loaded.memo:
+        loaded.memo[key] = convert(loaded, options)
+    model, batch = loaded.memo[key][0].clone(), loaded.memo[key][1]
     info = {"converted_from": "PyTorch module (openvino.convert_model, traced)", "trace_batch": batch}
     if options.precision == "int8":
         from vitexport.backends.openvino.quantize import quantize_ir

@@ -32,9 +32,15 @@ def bf16_here() -> bool:
     return be.runs_here().ok and "openvino-bf16" in {c.label for c in be.candidates("cpu", None)}
 
 
-def test_candidates_of_every_runtime_compete_and_the_fastest_is_published(tmp_path):
+def test_candidates_of_every_runtime_compete_and_the_fastest_is_published(tmp_path, monkeypatch):
     pytest.importorskip("openvino")
+    from vitexport.bench import run as bench_run
+
+    asked, bench = [], bench_run.bench
+    monkeypatch.setattr(bench_run, "bench", lambda *a, **kw: asked.append(kw) or bench(*a, **kw))
     result = optimizing.optimize(TINY, images=IMAGES, budget_s=0.05, rounds=1, out_dir=tmp_path)
+    # Candidates that cannot win stop taking turns once the A/B gate can tell (tests/bench/test_retire.py).
+    assert [kw["retire_slower"] for kw in asked] == [optimizing.RETIRE_SLOWER]
     rows = {r["candidate"]: r for r in result["candidates"]}
     expected = {"fp32", "fp32-slim", "int8-dynamic", "int8-static", "openvino-fp32", "openvino-int8-f32"}
     assert expected <= set(rows) and ("openvino-bf16" in rows) == ("openvino-int8-bf16" in rows) == bf16_here()
@@ -152,3 +158,12 @@ def test_a_target_that_cannot_run_here_is_exit_3_before_any_candidate(tmp_path, 
     assert result.exit_code == 3, result.stderr
     assert "onnxruntime-cuda cannot run here: no CUDA provider" in result.stderr
     assert not (tmp_path / "candidates").exists()
+
+
+def test_a_candidate_whose_timing_stopped_early_says_so():
+    row = {"candidate": "fp32", "runtime": "onnxruntime", "p50_ms": 300.0, "speedup": 1.0, "passed": True,
+           "parity": {"cosine_similarity": 1.0}, "timing": "stopped after 8 rounds: 1.81x the fastest row's p50"}
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        emit_optimize({"target": "cpu", "candidates": [row], "chosen": None, "runtimes": {}}, as_json=False)
+    assert "timing stopped early" in table.getvalue() and "fp32: timing stopped after 8 rounds" in table.getvalue()

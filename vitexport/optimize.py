@@ -23,7 +23,11 @@ from vitexport.export.pipeline import Gate, export
 from vitexport.models.sources import SourceSpec
 
 TARGETS = ("cpu", "cuda")
-ROUNDS = 3  # timing rounds: each candidate measured three times, in turn with the others, samples pooled
+# Timing rounds: the candidates take turns in short bursts, samples pooled. Enough rounds for the A/B
+# gate's paired interval, so that a candidate clearly slower than the fastest (beyond RETIRE_SLOWER)
+# stops taking turns once the gate can say so: it cannot win, and timing it further buys nothing.
+ROUNDS = 12
+RETIRE_SLOWER = 1.10
 
 
 def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "cpu",
@@ -54,7 +58,8 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         why = "; ".join(f"{timer} cannot run here: {reason}" for timer, reason in runtimes.items() if reason)
         raise BackendUnavailable(f"--target {target}: " + (why or "no backend offers candidates for it"))
     out = prepare_out_dir(out_dir)
-    stem = name or load(spec).name + "-optimized"
+    loaded = load(spec)  # once: every candidate is built from it, and PyTorch's outputs are computed once
+    stem = name or loaded.name + "-optimized"
     work = out / "candidates"
     rows = []
     for backend, candidate in offered:
@@ -63,7 +68,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
                "precision": candidate.options.precision, "options": candidate.options.to_dict()}
         try:
             result = export(backend, spec, candidate.options, work, images=images, seed=seed, gate=gate,
-                            name=candidate.label, progress=progress)
+                            name=candidate.label, progress=progress, loaded=loaded)
             row.update(passed=True, artifact=result["artifact"], parity=result["parity"])
         except ParityError as e:  # kept for the table, never chosen
             row.update(passed=False, artifact=e.result.get("artifact"), parity=e.result.get("parity"),
@@ -77,7 +82,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         timers = list(dict.fromkeys(r["runtime"] for r in passing))
         report = bench(None, timers, list(batches), artifacts=[r["artifact"] for r in passing], threads=threads,
                        warmup_s=min(1.0, budget_s), budget_s=budget_s, seed=seed, out_dir=work, roofline=False,
-                       rounds=rounds, progress=progress, write_files=write_all)
+                       rounds=rounds, retire_slower=RETIRE_SLOWER, progress=progress, write_files=write_all)
         attach_speed(rows, report, batches[0])
     chosen = fastest(rows)
     published = None
@@ -88,7 +93,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         be = backends.get(chosen["backend"])
         options = be.Options(**{k: tuple(v) if isinstance(v, list) else v for k, v in chosen["options"].items()})
         result = export(chosen["backend"], spec, options, out, images=images, seed=seed, gate=gate, name=stem,
-                        progress=progress)
+                        progress=progress, loaded=loaded)
         published = result["artifact"]
         record = sidecar.read(Path(published))
         record.info["optimize_choice"] = reason(chosen, rows, target, batches[0])
@@ -136,6 +141,8 @@ def attach_speed(rows: list[dict], report: dict, batch: int) -> None:
         row["p50_ms"] = measured["latency_ms"]["p50"] if measured else None
         row["bytes"] = measured.get("artifact_bytes") if measured else None
         row["provider"] = measured.get("provider") if measured else None
+        if measured and measured.get("retired"):
+            row["timing"] = measured["retired"]
     base = next((r["p50_ms"] for r in rows if r["precision"] == "fp32" and r.get("p50_ms")), None)
     for row in rows:
         row["speedup"] = base / row["p50_ms"] if base and row.get("p50_ms") else None

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from vitexport.bench.conditions import RoundClock
 from vitexport.bench.stats import median
@@ -105,6 +105,7 @@ class Cell:
     rss_mb: float | None = None  # the worker's resident memory after its last burst
     first_inference_ms: float | None = None
     failure: dict | None = None  # {"reason", "kind"} once a burst failed: not run again
+    retired: str | None = None  # why it stopped taking turns early: clearly slower than the fastest
 
     def recent(self, rounds: int) -> list[float]:
         return self.medians[-rounds:]
@@ -147,19 +148,22 @@ class Rounds:
         self.states: list[dict] = []
 
     def run(self, cells: list[Cell], count: int, burst: dict | None = None, label: str = "round",
-            gemm_slots: int | None = None) -> None:
-        """`count` rounds over the cells that have not failed; `burst` overrides the burst request.
-        The GEMM libraries' bursts are spread over the rounds (`gemm_slots` per round at most)."""
+            gemm_slots: int | None = None, retire: Callable[[list[Cell]], None] | None = None) -> None:
+        """`count` rounds over the cells that have not failed (nor been retired); `burst` overrides the
+        burst request. The GEMM libraries' bursts are spread over the rounds (`gemm_slots` per round at
+        most). `retire(cells)` runs after each round and may retire the cells that cannot win."""
         per_round = -(-len(self.gemms) * self.gemm_bursts // max(count, 1)) if self.gemms else 0
         if gemm_slots is not None:
             per_round = min(per_round, gemm_slots)
         for r in range(count):
-            live = [c for c in cells if c.failure is None]
+            live = [c for c in cells if c.failure is None and c.retired is None]
             if not live:
                 break
             if self.progress:
                 self.progress.note(f"{label} {r + 1}/{count}")
             self.one(live, burst or self.burst, gemm_slots=per_round)
+            if retire is not None:
+                retire([c for c in live if c.failure is None])
             if self.progress:
                 self.progress.advance()
 

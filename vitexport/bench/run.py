@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from vitexport import backends
 from vitexport.backends.base import BenchTarget
-from vitexport.bench.session import AUTO, Planned, Session, Settings, compare
+from vitexport.bench.session import AUTO, Planned, Session, Settings, compare, retire_behind
 from vitexport.core.errors import BackendUnavailable, ParityError, RegressionError, RuntimeFailure, UsageError
 from vitexport.core.options import check_number
 from vitexport.core.progress import Progress, ProgressLike, using
@@ -30,7 +30,7 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
           roofline: bool = True, label: str | None = None, allow_fallback: bool = False, trust_code: bool = False,
           baseline: str | Path | list | None = None, max_slowdown: float | None = None, rounds: int | None = None,
           progress: ProgressLike = None, latency_budget_ms: float | None = None,
-          recheck_s: float | None = None,
+          recheck_s: float | None = None, retire_slower: float | None = None,
           write_files: Callable[[dict, Path], dict] | None = None) -> dict[str, Any]:
     """Measure each target at each batch size on identical feeds, each row in its own worker process,
     the rows taking turns in short rounds (`rounds`: how many; default: enough bursts of about
@@ -47,6 +47,10 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
     apart from noise are measured again for up to `recheck_s` (default `budget_s`), then called
     inconclusive in `report["warnings"]`.
 
+    `retire_slower` (a ratio, e.g. 1.1): a row that the A/B gate's paired statistics find slower than
+    its batch's fastest row beyond it stops taking turns (its row says so in `retired`, with the numbers
+    of the rounds it ran): how optimize stops timing candidates that cannot win.
+
     Artifacts (and baseline artifacts) whose files differ from their sidecar raise ParityError before
     anything is timed. When no row the user asked for could run, the error of the rows (BackendUnavailable
     or RuntimeFailure) is raised carrying the report."""
@@ -61,6 +65,8 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
     check_settings([1] if auto else batches, threads, warmup_iters, warmup_s, iters, budget_s)
     if rounds is not None:
         check_number(rounds, "--rounds", minimum=1, maximum=1000)
+    if retire_slower is not None:
+        check_number(retire_slower, "retire_slower", minimum=1.0, maximum=1000.0)
     for flag, value in (("--latency-budget-ms", latency_budget_ms), ("--recheck-s", recheck_s)):
         if value is not None:
             check_number(value, flag, minimum=0, maximum=1e7)
@@ -79,7 +85,7 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
                         budget_s=budget_s, seed=seed, allow_fallback=allow_fallback, auto=auto,
                         batches=[1] if auto else list(batches), rounds=rounds, latency_budget_ms=latency_budget_ms,
                         recheck_s=budget_s if recheck_s is None else recheck_s, max_slowdown=max_slowdown,
-                        roofline=roofline)
+                        roofline=roofline, retire_slower=retire_slower)
     with using(progress) as reporter:
         report = measure_all(spec, targets, settings, artifacts=[Path(a) for a in artifacts], out=out, label=label,
                              trust_code=trust_code, old=old, old_path=old_path, base_artifacts=base_artifacts,
@@ -179,7 +185,9 @@ def measure_all(spec: SourceSpec | None, targets: list[str], settings: Settings,
             report["sweeps"] = session.sweeps(plan, rounds)
         else:
             progress.step("timing", total=count)
-            rounds.run(session.cells(everything), count)
+            limit = settings.retire_slower
+            rounds.run(session.cells(everything), count,
+                       retire=None if limit is None else lambda cells: retire_behind(cells, limit))
         rounds.top_up()
         session.fill(everything)
         report["results"] = [r for p in plan for r in (p.sweep_rows or [p.row])]

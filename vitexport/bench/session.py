@@ -39,6 +39,9 @@ class Settings:
     recheck_s: float
     max_slowdown: float | None
     roofline: bool
+    # A row slower than its batch's fastest beyond this ratio, by the A/B gate's paired verdict, stops
+    # taking turns (optimize: a candidate that cannot win costs no more time); None: every row runs on.
+    retire_slower: float | None = None
 
     def round_count(self, paired: bool) -> int:
         """Rounds asked for, else: with --iters, up to MIN_ROUNDS bursts of them; with a time budget,
@@ -295,6 +298,8 @@ class Session:
             row.update(keep, available=False, reason=failure["reason"], failed=failure["kind"] != "unavailable")
             return
         stats = LatencyStats(cell.samples, cell.batch).to_dict()
+        if cell.retired:
+            row["retired"] = cell.retired
         row.update(available=True, reason=None, **stats, rounds=len(cell.medians),
                    per_round={"median_ms": list(cell.medians), "reference_ms": list(cell.references)},
                    round_spread=relative_spread(cell.medians), provider=p.opened.get("provider"),
@@ -320,6 +325,30 @@ class Session:
         for w in self.workers:
             if not w.closed:
                 w.close()
+
+
+def retire_behind(cells: list[Cell], limit: float) -> None:
+    """Retire the cells clearly slower than the fastest cell of their batch size: the A/B gate's verdict
+    on their per-round medians, paired by round ("slower": the whole interval of the ratio beyond
+    `limit`), over the rounds every such cell ran in. Until there are enough rounds, nothing is retired."""
+    from vitexport.bench.regression import MIN_PAIRS, ab_verdict
+    from vitexport.bench.stats import median
+
+    groups: dict[int, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(cell.batch, []).append(cell)
+    for group in groups.values():
+        n = min(len(c.medians) for c in group)
+        if len(group) < 2 or n < MIN_PAIRS:
+            continue
+        leader = min(group, key=lambda c: median(c.medians[-n:]))
+        for cell in group:
+            if cell is leader:
+                continue
+            verdict = ab_verdict(cell.medians[-n:], leader.medians[-n:], limit)
+            if verdict["verdict"] == "slower":
+                cell.retired = (f"stopped after {n} rounds: {verdict['ratio']:.2f}x the fastest row's p50 "
+                                f"({verdict['low']:.2f}x-{verdict['high']:.2f}x), beyond {limit:.2f}x")
 
 
 def throughput(cell: Cell) -> tuple[float, float]:

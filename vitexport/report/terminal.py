@@ -383,8 +383,8 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         images = parity.get("images") or {}
         accuracy = images.get("accuracy", {}).get("candidate")
         verdict = ("[bold green]chosen[/bold green]" if row["candidate"] == result["chosen"] else
-                   "[green]passed[/green]" if row["passed"] else
-                   f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
+                   "[green]passed[/green]" + (" (timing stopped early)" if row.get("timing") else "")
+                   if row["passed"] else f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
         table.add_row(row["candidate"], row.get("runtime", ""), fmt(row.get("p50_ms")), f"{row['speedup']:.2f}x" if row.get("speedup") else "",
                       f"{parity.get('cosine_similarity', float('nan')):.6f}",
                       agreement(images),
@@ -394,6 +394,9 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
     print_table(console, table)
     console.print("top-1: agreement with PyTorch on the --images it is decisive about (* on all of them, where "
                   "it is decisive about none)", highlight=False)
+    for row in result["candidates"]:
+        if row.get("timing"):  # clearly slower than the fastest: it could not win
+            console.print(f"{row['candidate']}: timing {escape(row['timing'])}", highlight=False, soft_wrap=True)
     for runtime, why in (result.get("runtimes") or {}).items():
         if why:
             console.print(f"{runtime} offered nothing: it cannot run here: {escape(why)}", highlight=False)

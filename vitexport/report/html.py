@@ -90,14 +90,15 @@ def _row_status(row: dict, check: dict) -> str:
     return check["status"] if row.get("available") else "unavailable"
 
 
-def _gate(row: dict) -> tuple[str, str]:
+def _gate(row: dict) -> str:
+    """The row's verdict against the baseline in words: 'regressed: +12.0% (+9.0%..+15.0%)'."""
     vs = row.get("vs_baseline")
     if not vs:
-        return "", ""
+        return ""
     verdict = "regressed" if vs.get("regressed") else vs.get("verdict") or "ok"
     interval = f" ({vs['low']:+.1%}..{vs['high']:+.1%})" if vs.get("low") is not None and vs.get("high") is not None \
         else ""
-    return f"{verdict}: {vs['change']:+.1%}{interval}", verdict
+    return f"{verdict}: {vs['change']:+.1%}{interval}"
 
 
 def rows_table(report: dict, group: page.Group, cell_dicts: dict[str, dict]) -> str:
@@ -117,8 +118,7 @@ def rows_table(report: dict, group: page.Group, cell_dicts: dict[str, dict]) -> 
                ("" if check["cosine"] is None else f"{check['cosine']:.6f}", check["cosine"])]
         tds += list(zip(texts[1:], raw[1:]))
         if gate:
-            text, verdict = _gate(r)
-            tds.append((text, (r.get("vs_baseline") or {}).get("change")))
+            tds.append((_gate(r), (r.get("vs_baseline") or {}).get("change")))
         first = ' class="fastest"' if any(r is f for f in group.fastest) else ""
         body.append(f'<tr{first} data-backend="{_e(r.get("target") or r.get("backend"))}" '
                     f'data-precision="{_e(r.get("precision"))}" data-status="{_e(status)}">'

@@ -101,8 +101,10 @@ def quantize_for_ort(src: Path, dst: Path, options: "OnnxOptions", input_name: s
         elif any(in_scope(node_scope(n), scope) for scope in options.search_keep):
             why[n.name] = "accuracy search"
     kept = sorted(why)
+    reduce = not has_vnni()
     common = dict(op_types_to_quantize=list(WEIGHT_OPS), per_channel=options.per_channel, nodes_to_exclude=kept,
-                  weight_type=QuantType.QInt8, use_external_data_format=_has_external_data(src))
+                  weight_type=QuantType.QInt8, use_external_data_format=_has_external_data(src),
+                  reduce_range=reduce)
     if options.quant == "dynamic":
         with quiet_quantizer():
             quantize_dynamic(str(src), str(dst), **common)
@@ -121,8 +123,26 @@ def quantize_for_ort(src: Path, dst: Path, options: "OnnxOptions", input_name: s
                             activation_type=QuantType.QUInt8, calibrate_method=method, **common)
         activations = f"uint8, ranges from {options.calibration_method} calibration on {len(calibration)} images"
     return {"mode": options.quant, "activations": activations,
-            "weights": "int8 symmetric, " + ("per channel" if options.per_channel else "per tensor"),
+            "weights": "int8 symmetric, " + ("per channel" if options.per_channel else "per tensor")
+            + (", 7-bit range (no VNNI here: 8-bit products can saturate)" if reduce else ""),
             "quantized_nodes": len(weights) - len(kept), "kept_float": why}
+
+
+def has_vnni() -> bool:
+    """Whether this x86 CPU multiplies int8 with VNNI (AVX-512 VNNI, AVX-VNNI, AMX). Without it, ONNX
+    Runtime's uint8 x int8 products go through 16-bit pairwise sums that saturate on large weights
+    (measured: the model zoo's int8 lost its check on an AVX2-only EPYC), so weights are quantised
+    to 7 bits there, as ONNX Runtime advises. Other architectures are not affected."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
+        return True
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = {word for line in f if line.startswith("flags") for word in line.split(":", 1)[1].split()}
+    except OSError:
+        return True  # unknown: keep the full range
+    return bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
 
 
 def quiet_quantizer():

@@ -121,6 +121,18 @@ def test_a_runtime_that_cannot_run_here_offers_nothing_and_says_why(monkeypatch)
     assert runtimes["openvino"] == "OpenVINO finds no CPU here" and runtimes["onnxruntime"] is None
 
 
+@pytest.mark.parametrize("name", list(backends.REGISTRY))
+def test_a_backend_that_offers_no_candidate_for_the_target_is_not_imported(name, monkeypatch):
+    """Asking whether a library is there imports it (Core ML's takes seconds): only backends with
+    candidates for the target are asked."""
+    be = type(backends.get(name))
+    asked = []
+    monkeypatch.setattr(be, "candidates", lambda self, target, images: [])
+    monkeypatch.setattr(be, "availability", lambda self: asked.append(name))
+    offered, runtimes = optimizing.gather("cpu", str(IMAGES), [name])
+    assert (offered, runtimes, asked) == ([], {}, [])
+
+
 def test_only_the_named_backends_compete():
     offered, runtimes = optimizing.gather("cpu", str(IMAGES), ["onnx"])
     assert {backend for backend, _ in offered} == {"onnx"} and set(runtimes) == {"onnxruntime"}

@@ -28,6 +28,9 @@ TARGETS = ("cpu", "cuda")
 # stops taking turns once the gate can say so: it cannot win, and timing it further buys nothing.
 ROUNDS = 12
 RETIRE_SLOWER = 1.10
+# Each worker's warm-up before the rounds; every burst begins with a warm-up run of its own, and the
+# candidates are ranked on rounds paired in time, so a longer one buys nothing here but start-up time.
+WARMUP_S = 0.5
 
 
 def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "cpu",
@@ -50,7 +53,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         raise UsageError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
     gate = gate or Gate()
     gate.check()
-    check_settings(list(batches), threads, 0, min(1.0, budget_s), None, budget_s)  # before any export
+    check_settings(list(batches), threads, 0, min(WARMUP_S, budget_s), None, budget_s)  # before any export
     check_number(rounds, "--rounds", minimum=1, maximum=100)
     calibration = str(calibration_images or images) if (calibration_images or images) else None
     offered, runtimes = gather(target, calibration, only)
@@ -81,7 +84,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         # Ranking needs the candidates side by side, not the machine's GEMM rate (bench reports it).
         timers = list(dict.fromkeys(r["runtime"] for r in passing))
         report = bench(None, timers, list(batches), artifacts=[r["artifact"] for r in passing], threads=threads,
-                       warmup_s=min(1.0, budget_s), budget_s=budget_s, seed=seed, out_dir=work, roofline=False,
+                       warmup_s=min(WARMUP_S, budget_s), budget_s=budget_s, seed=seed, out_dir=work, roofline=False,
                        rounds=rounds, retire_slower=RETIRE_SLOWER, progress=progress, write_files=write_all)
         attach_speed(rows, report, batches[0])
     chosen = fastest(rows)
@@ -115,9 +118,12 @@ def gather(target: str, calibration: str | None,
     offered, runtimes, labels = [], {}, set()
     for backend in names:
         be = backends.get(backend)
-        if not be.exports or not be.availability().ok:
+        # Candidates first: a backend that offers none for this target is not imported (Core ML's
+        # library alone takes seconds to import, for nothing on a CPU target).
+        offers = be.candidates(target, calibration) if be.exports else []
+        if not offers or not be.availability().ok:
             continue
-        for candidate in be.candidates(target, calibration):
+        for candidate in offers:
             timer = known.get(candidate.timer)
             if timer is None or timer.backend != backend:
                 raise UsageError(f"{backend} offers {candidate.label} timed by {candidate.timer!r}, which is not "

@@ -27,3 +27,22 @@ def test_onnx_exports_of_one_loaded_model_trace_and_slim_it_once(out_dir, monkey
     assert len(traced) == 1 and len(slimmed) == 1
     other = pipeline.export("onnx", SPEC, OnnxOptions(dynamic_batch=False), out_dir, name="static", loaded=loaded)
     assert other["parity"]["passed"] and len(traced) == 2  # another graph is traced anew
+
+
+def test_an_int8_export_again_with_the_same_settings_quantises_once(out_dir, monkeypatch):
+    """optimize publishes its pick by exporting it again under the final name: the quantised graph
+    comes from the memo; other settings quantise anew."""
+    from vitexport.backends.onnx_common import quantize
+    from vitexport.backends.onnx.options import OnnxOptions
+
+    quantised = []
+    real = quantize.quantize_for_ort
+    monkeypatch.setattr(quantize, "quantize_for_ort", lambda *a, **kw: quantised.append(1) or real(*a, **kw))
+    loaded = sources.load(SPEC)
+    first, again = (pipeline.export("onnx", SPEC, OnnxOptions(precision="int8"), out_dir, name=name, loaded=loaded)
+                    for name in ("int8", "published"))
+    assert first["parity"]["passed"] and again["parity"]["passed"] and len(quantised) == 1
+    assert (out_dir / "int8.onnx").read_bytes() == (out_dir / "published.onnx").read_bytes()
+    pipeline.export("onnx", SPEC, OnnxOptions(precision="int8", per_channel=False), out_dir, name="per-tensor",
+                    loaded=loaded)
+    assert len(quantised) == 2

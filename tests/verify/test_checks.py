@@ -135,3 +135,28 @@ def test_decomposed_layernorm_is_flagged_for_fp16(tmp_path):
     findings = [f for f in lint_onnx(path, False, "fp16") if f.rule == "decomposed-layernorm"]
     assert len(findings) == 3 and {f.severity for f in findings} == {"warning"}  # norm1, norm2, final norm
     assert not [f for f in lint_onnx(path, False, "fp32") if f.severity != "info"]
+
+
+def test_lint_infers_shapes_without_copying_weights_and_finds_the_same():
+    """Shape inference on the graph without its weight bytes gives the same shapes as on the whole
+    model, and leaves the model it was given untouched."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from vitexport.backends.onnx_common.lint import without_weights
+
+    weight = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "w")
+    shape = numpy_helper.from_array(np.array([-1, 2, 2], dtype=np.int64), "shape")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Reshape", ["y", "shape"], ["z"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], [weight, shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    light = without_weights(model)
+    assert not light.graph.initializer[0].raw_data and light.graph.initializer[1].raw_data  # the vector stays
+    assert model.graph.initializer[0].raw_data == weight.raw_data
+    full, lean = onnx.shape_inference.infer_shapes(model), onnx.shape_inference.infer_shapes(light)
+    assert [str(v) for v in full.graph.value_info] == [str(v) for v in lean.graph.value_info]
+    assert [str(v) for v in lean.graph.output] == [str(v) for v in full.graph.output]
+    assert "dim_value: 2" in str(lean.graph.output[0])  # the Reshape's constant was read

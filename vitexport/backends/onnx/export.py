@@ -74,7 +74,13 @@ def derive(raw: Path, work: Path, options: OnnxOptions, loaded, calibration, inf
         from vitexport.backends.onnx_common.quantize import quantize_for_ort
 
         target = work / "int8.onnx"
-        info["int8"] = quantize_for_ort(graph, target, options, options.input_name, calibration)
+        # Kept in the memo like the graphs it starts from: optimize publishes its pick by exporting it
+        # again under the final name, and quantising ViT-B again would take as long as the first time.
+        key = ("onnx-int8", _digest(graph), options.quant, options.per_channel, options.keep_fp32,
+               options.search_keep, options.calibration_method, options.input_name,
+               None if calibration is None else _array_digest(calibration))
+        info["int8"] = dict(memoized(loaded, key, target,
+                                     lambda: quantize_for_ort(graph, target, options, options.input_name, calibration)))
         info["int8"]["preprocessed_with"] = info["optimize"]["tool"]
         return target
     return graph
@@ -128,6 +134,12 @@ def _digest(path: Path) -> str:
 
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _array_digest(array) -> str:
+    import hashlib
+
+    return hashlib.sha256(array.tobytes()).hexdigest() + str(array.shape) + str(array.dtype)
 
 
 def _input_name(path: Path) -> str:

@@ -46,3 +46,29 @@ def test_an_int8_export_again_with_the_same_settings_quantises_once(out_dir, mon
     pipeline.export("onnx", SPEC, OnnxOptions(precision="int8", per_channel=False), out_dir, name="per-tensor",
                     loaded=loaded)
     assert len(quantised) == 2
+
+
+def test_optimizes_slimmed_candidate_is_the_slimmed_graph_even_where_slimming_measures_no_faster(out_dir,
+                                                                                                monkeypatch):
+    """`--optimize slim` times the slimmed graph against the exported one and keeps the exported one
+    unless slimming is faster; optimize's candidate skips that timing (its benchmark times both)."""
+    from vitexport import backends
+    from vitexport.backends.onnx import optimize as onnx_optimize
+
+    timed = []
+    monkeypatch.setattr(onnx_optimize, "speedup", lambda *a, **kw: timed.append(1) or 0.5)
+    candidate = next(c for c in backends.get("onnx").candidates("cpu", None) if c.label == "fp32-slim")
+    loaded = sources.load(SPEC)
+    plain = pipeline.export("onnx", SPEC, candidate.options.__class__(dynamic_batch=True, optimize="slim"), out_dir,
+                            name="asked", loaded=loaded)
+    assert len(timed) == 1  # measured slower: the exported graph is kept, and the sidecar says so
+    slimmed = pipeline.export("onnx", SPEC, candidate.options, out_dir, name="candidate", loaded=loaded)
+    assert len(timed) == 1 and plain["parity"]["passed"] and slimmed["parity"]["passed"]
+    nodes = {name: sidecar_info(out_dir / f"{name}.onnx")["node_count"] for name in ("asked", "candidate")}
+    assert nodes["candidate"] < nodes["asked"]
+
+
+def sidecar_info(path):
+    from vitexport.export import sidecar
+
+    return sidecar.read(path).info

@@ -61,7 +61,8 @@ def derive(raw: Path, work: Path, options: OnnxOptions, loaded, calibration, inf
     if options.optimize != "none" or options.precision == "int8":
         # int8 always starts from onnxslim's graph: measured faster than ONNX Runtime's own pre-processing.
         chosen = "slim" if options.optimize in ("none", "auto") and options.precision == "int8" else options.optimize
-        graph = optimized(raw, work, chosen, loaded, info, measure=options.precision == "fp32")
+        graph = optimized(raw, work, chosen, loaded, info,
+                          measure=options.precision == "fp32" and options.measure_gain)
     if options.precision == "fp16":
         from vitexport.backends.onnx_common.fp16 import convert_file
         from vitexport.backends.onnx_common.quantize import matches

@@ -36,6 +36,9 @@ class OnnxOptions(ExportOptions):
     optimize: str = option("none", "Graph optimisation before quantisation: onnxslim, ONNX Runtime's transformer "
                                    "optimizer, or auto (each tried, kept only where it measures faster).",
                            choices=OPTIMIZERS)
+    measure_gain: bool = option(True, "Time an optimised fp32 graph against the exported one here and keep the "
+                                      "exported one unless the optimised one is faster. optimize's candidates "
+                                      "skip this: its benchmark times both side by side.", cli=False)
 
     def exporters(self) -> tuple[str, ...]:
         """The exporters to try, in order, that can write the requested opset."""

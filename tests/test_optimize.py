@@ -133,6 +133,33 @@ def test_a_backend_that_offers_no_candidate_for_the_target_is_not_imported(name,
     assert (offered, runtimes, asked) == ([], {}, [])
 
 
+def test_slow_candidates_are_built_only_when_thorough_and_the_table_says_so(tmp_path, monkeypatch):
+    from vitexport.backends.base import Candidate
+    from vitexport.backends.onnx.options import OnnxOptions
+
+    onnx = type(backends.get("onnx"))
+    monkeypatch.setattr(onnx, "candidates", lambda self, target, images: [
+        Candidate("quick", OnnxOptions(), "onnxruntime"), Candidate("lengthy", OnnxOptions(precision="int8"),
+                                                                    "onnxruntime", slow=True)])
+    assert [c.label for _, c in optimizing.gather("cpu", None, ["onnx"])[0]] == ["quick"]
+    assert [c.label for _, c in optimizing.gather("cpu", None, ["onnx"], thorough=True)[0]] == ["quick", "lengthy"]
+    result = optimizing.optimize(TINY, only=["onnx"], budget_s=0.05, rounds=1, out_dir=tmp_path)
+    assert [r["candidate"] for r in result["candidates"]] == ["quick"] and result["not_built"] == ["lengthy"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        emit_optimize(result, as_json=False)
+    assert "lengthy: not built" in out.getvalue() and "--thorough" in out.getvalue()
+
+
+def test_a_dynamic_batch_candidate_is_planned_for_the_largest_batch_timed():
+    from vitexport.backends.executorch.options import ExecuTorchOptions
+
+    options = ExecuTorchOptions(dynamic_batch=True, precision="int8")
+    assert optimizing.planned_for(options, [1, 8]) is options
+    assert optimizing.planned_for(options, [1, 16]).max_batch == 16
+    assert optimizing.planned_for(ExecuTorchOptions(), [16]).max_batch is None  # a fixed batch: bench exports it
+
+
 def test_only_the_named_backends_compete():
     offered, runtimes = optimizing.gather("cpu", str(IMAGES), ["onnx"])
     assert {backend for backend, _ in offered} == {"onnx"} and set(runtimes) == {"onnxruntime"}

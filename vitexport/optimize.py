@@ -28,6 +28,9 @@ TARGETS = ("cpu", "cuda")
 # stops taking turns once the gate can say so: it cannot win, and timing it further buys nothing.
 ROUNDS = 12
 RETIRE_SLOWER = 1.10
+# Seconds of timed runs per candidate: twelve bursts of bench's standard length (bench.session.BURST_S),
+# short enough that the two sides of a pair see the same phase of a noisy machine.
+BUDGET_S = 3.0
 # Each worker's warm-up before the rounds; every burst begins with a warm-up run of its own, and the
 # candidates are ranked on rounds paired in time, so a longer one buys nothing here but start-up time.
 WARMUP_S = 0.5
@@ -36,12 +39,13 @@ WARMUP_S = 0.5
 def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "cpu",
              images: str | Path | None = None, calibration_images: str | Path | None = None,
              gate: Gate | None = None, batches: list[int] = (1,), out_dir: str | Path = "vitexport-out",
-             name: str | None = None, seed: int = 0, threads: int | None = None, budget_s: float = 5.0,
-             rounds: int = ROUNDS, progress: ProgressLike = None) -> dict[str, Any]:
+             name: str | None = None, seed: int = 0, threads: int | None = None, budget_s: float = BUDGET_S,
+             rounds: int = ROUNDS, thorough: bool = False, progress: ProgressLike = None) -> dict[str, Any]:
     """Return {"candidates": [...], "chosen": label or None, "backend": its backend, "artifact": path or
     None, "bench": report files, "runtimes": {bench target: None or why it cannot run here}}.
 
-    `only`: the backends whose candidates compete (default: every registered one)."""
+    `only`: the backends whose candidates compete (default: every registered one). `thorough`: also
+    the candidates that take minutes to build (`Candidate.slow`)."""
     progress = as_progress(progress)
     from vitexport.bench.run import bench, check_settings
     from vitexport.report.files import write_all
@@ -56,10 +60,12 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
     check_settings(list(batches), threads, 0, min(WARMUP_S, budget_s), None, budget_s)  # before any export
     check_number(rounds, "--rounds", minimum=1, maximum=100)
     calibration = str(calibration_images or images) if (calibration_images or images) else None
-    offered, runtimes = gather(target, calibration, only)
+    offered, runtimes = gather(target, calibration, only, thorough)
+    not_built = [] if thorough else [c.label for _, c in gather(target, calibration, only, True)[0] if c.slow]
     if not offered:  # every candidate would be built for nothing
         why = "; ".join(f"{timer} cannot run here: {reason}" for timer, reason in runtimes.items() if reason)
-        raise BackendUnavailable(f"--target {target}: " + (why or "no backend offers candidates for it"))
+        raise BackendUnavailable(f"--target {target}: " + (why or ("its candidates take minutes to build: --thorough builds them" if not_built else
+                                                           "no backend offers candidates for it")))
     out = prepare_out_dir(out_dir)
     loaded = load(spec)  # once: every candidate is built from it, and PyTorch's outputs are computed once
     stem = name or loaded.name + "-optimized"
@@ -67,10 +73,11 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
     rows = []
     for backend, candidate in offered:
         progress.step(f"candidate {candidate.label}: exporting and checking")
+        options = planned_for(candidate.options, batches)
         row = {"candidate": candidate.label, "backend": backend, "runtime": candidate.timer,
-               "precision": candidate.options.precision, "options": candidate.options.to_dict()}
+               "precision": candidate.options.precision, "options": options.to_dict()}
         try:
-            result = export(backend, spec, candidate.options, work, images=images, seed=seed, gate=gate,
+            result = export(backend, spec, options, work, images=images, seed=seed, gate=gate,
                             name=candidate.label, progress=progress, loaded=loaded)
             row.update(passed=True, artifact=result["artifact"], parity=result["parity"])
         except ParityError as e:  # kept for the table, never chosen
@@ -101,7 +108,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         record = sidecar.read(Path(published))
         record.info["optimize_choice"] = reason(chosen, rows, target, batches[0])
         sidecar.write(sidecar.path_for(Path(published)), record)
-    result = {"target": target, "runtimes": runtimes, "candidates": rows,
+    result = {"target": target, "runtimes": runtimes, "not_built": not_built, "candidates": rows,
               "chosen": chosen["candidate"] if chosen else None, "backend": chosen["backend"] if chosen else None,
               "artifact": published, "bench": report["files"] if report else None}
     if chosen is None:
@@ -109,10 +116,10 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
     return result
 
 
-def gather(target: str, calibration: str | None,
-           only: list[str] | None) -> tuple[list[tuple[str, Candidate]], dict[str, str | None]]:
-    """Every backend's candidates for `target` whose runtime runs here, as (backend, candidate), and
-    each runtime asked for: None when it runs here, else why not."""
+def gather(target: str, calibration: str | None, only: list[str] | None,
+           thorough: bool = False) -> tuple[list[tuple[str, Candidate]], dict[str, str | None]]:
+    """Every backend's candidates for `target` whose runtime runs here (the slow ones only when
+    `thorough`), as (backend, candidate), and each runtime asked for: None when it runs here, else why not."""
     known = backends.bench_targets()
     names = list(backends.REGISTRY) if only is None else list(only)
     offered, runtimes, labels = [], {}, set()
@@ -120,7 +127,7 @@ def gather(target: str, calibration: str | None,
         be = backends.get(backend)
         # Candidates first: a backend that offers none for this target is not imported (Core ML's
         # library alone takes seconds to import, for nothing on a CPU target).
-        offers = be.candidates(target, calibration) if be.exports else []
+        offers = [c for c in (be.candidates(target, calibration) if be.exports else []) if thorough or not c.slow]
         if not offers or not be.availability().ok:
             continue
         for candidate in offers:
@@ -136,6 +143,16 @@ def gather(target: str, calibration: str | None,
             if runtimes[timer.name] is None:
                 offered.append((backend, candidate))
     return offered, runtimes
+
+
+def planned_for(options, batches) -> Any:
+    """A dynamic-batch candidate built and checked for the largest batch it will be timed at, where that
+    is above the default bound (an ExecuTorch program's memory is planned for its bound)."""
+    import dataclasses
+
+    if options.dynamic_batch and max(batches) > options.check_max_batch:
+        return dataclasses.replace(options, max_batch=max(batches))
+    return options
 
 
 def attach_speed(rows: list[dict], report: dict, batch: int) -> None:

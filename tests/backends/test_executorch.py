@@ -425,3 +425,33 @@ def test_bench_exports_a_fixed_batch_for_batch_1_and_a_bound_otherwise():
     assert be.bench_options([1, 8]) == ExecuTorchOptions(dynamic_batch=True, max_batch=8)
     assert json.loads(json.dumps(be.bench_options([4]).to_dict()))["max_batch"] == 4
 
+
+
+@needs_executorch
+def test_a_second_export_of_one_loaded_model_with_the_same_options_lowers_once(out_dir, monkeypatch):
+    """optimize exports its pick again under the final name: the program comes from the loaded model's
+    memo (lowering ViT-B takes minutes); other options lower anew."""
+    from vitexport.backends.executorch import lower
+    from vitexport.export import pipeline
+    from vitexport.models import sources
+
+    lowered = []
+    real = lower._export_pte
+    monkeypatch.setattr(lower, "_export_pte", lambda *a: lowered.append(1) or real(*a))
+    loaded = sources.load(DEPTH1)
+    for name in ("first", "again"):
+        assert pipeline.export("executorch", DEPTH1, ExecuTorchOptions(), out_dir, name=name,
+                               loaded=loaded)["parity"]["passed"]
+    assert len(lowered) == 1 and (out_dir / "first.pte").read_bytes() == (out_dir / "again.pte").read_bytes()
+    assert sidecar.read(out_dir / "again.pte").info["delegation"] == sidecar.read(out_dir / "first.pte").info["delegation"]
+    pipeline.export("executorch", DEPTH1, ExecuTorchOptions(dynamic_batch=True), out_dir, name="dynamic", loaded=loaded)
+    assert len(lowered) == 2
+
+
+def test_offers_int8_to_optimize_on_a_cpu_as_a_slow_candidate(monkeypatch):
+    """Lowering ViT-B takes minutes: only `optimize --thorough` builds it."""
+    be = backends.get("executorch")
+    monkeypatch.setattr(type(be), "runs_here", lambda self: backends.base.Availability(True))
+    (candidate,) = be.candidates("cpu", None)
+    assert candidate.slow and candidate.options.precision == "int8" and candidate.timer == "executorch"
+    assert be.candidates("cuda", None) == []

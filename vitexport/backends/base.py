@@ -111,6 +111,8 @@ class Candidate:
     label: str  # "int8-static"; unique among every backend's candidates
     options: ExportOptions
     timer: str  # a bench target's name: "onnxruntime", "openvino", ...
+    # Takes minutes to build (ExecuTorch's lowering of ViT-B): built only by `optimize --thorough`.
+    slow: bool = False
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,10 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
              batch: Annotated[Optional[list[int]], typer.Option(
                  "--batch", help="Batch sizes timed (repeatable; the first one ranks the candidates).")] = None,
              threads: Annotated[Optional[int], typer.Option(help="Threads for the timing.")] = None,
-             budget_s: Annotated[float, typer.Option(help="Seconds of timed runs per candidate and batch.")] = 5.0,
+             budget_s: Annotated[float, typer.Option(
+                 help="Seconds of timed runs per candidate and batch.")] = 3.0,  # optimize.BUDGET_S
+             thorough: Annotated[bool, typer.Option(
+                 "--thorough", help="Also build the candidates that take minutes (ExecuTorch XNNPACK int8).")] = False,
              out: OutOpt = Path("vitexport-out"), name: NameOpt = None, as_json: JsonOpt = False,
              quiet: QuietOpt = False) -> None:
     """Build every runtime's candidates for the target (ONNX Runtime fp32, optimised, int8, fp16 on a GPU;
@@ -144,7 +147,8 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
     with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
         result = run(spec, target=target, images=images, calibration_images=calibration_images,
                      gate=api.Gate(min_top1_agreement, max_accuracy_drop), batches=batch or [1], out_dir=out,
-                     name=name, seed=seed, threads=threads, budget_s=budget_s, progress=progress)
+                     name=name, seed=seed, threads=threads, budget_s=budget_s, thorough=thorough,
+                     progress=progress)
     emit_optimize(result, as_json)
 
 

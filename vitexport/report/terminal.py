@@ -397,6 +397,8 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
     for row in result["candidates"]:
         if row.get("timing"):  # clearly slower than the fastest: it could not win
             console.print(f"{row['candidate']}: timing {escape(row['timing'])}", highlight=False, soft_wrap=True)
+    for label in result.get("not_built") or []:
+        console.print(f"{label}: not built: it takes minutes to build; --thorough builds it too", highlight=False)
     for runtime, why in (result.get("runtimes") or {}).items():
         if why:
             console.print(f"{runtime} offered nothing: it cannot run here: {escape(why)}", highlight=False)

@@ -20,6 +20,7 @@ from vitexport.backends.base import (
     Availability,
     Backend,
     BenchTarget,
+    Candidate,
     DeviceCheck,
     DeviceTarget,
     RunOptions,
@@ -86,6 +87,17 @@ class ExecuTorchBackend(Backend):
             raise UsageError(f"this program takes at most {bound} images per batch (exported with --max-batch "
                              f"{bound}); check with --max-batch {bound} or less")
         return [b for b in super().check_batches(record, max_batch) if not bound or b <= bound]
+
+    def candidates(self, target: str, calibration_images: str | None) -> list[Candidate]:
+        """On a CPU: int8 through XNNPACK (dynamic: per-channel weights, activations quantised per run),
+        measured the fastest int8 at batch 1 on an AMD EPYC Zen 4 (benchmarks/results/peers-zen4.md).
+        fp32 through XNNPACK is not offered: it was measured slower than ONNX Runtime's fp32 (a Xeon,
+        benchmarks/results/bench-executorch-base-2t.md). The program is planned for batches up to 8.
+        Lowering ViT-B takes one to two minutes on 2 vCPUs, so only `optimize --thorough` builds it."""
+        if target != "cpu" or not self.runs_here().ok:
+            return []
+        return [Candidate("executorch-int8", ExecuTorchOptions(dynamic_batch=True, precision="int8"), self.name,
+                          slow=True)]
 
     def bench_options(self, batches: list[int]) -> ExecuTorchOptions:
         largest = max(batches)

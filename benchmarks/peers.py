@@ -12,7 +12,8 @@ shuffled rounds, vitexport.bench.rounds, one short window per cell and round):
   6. torch.compile (inductor) of the eager model
   7. torchao's int8 dynamic quantisation + torch.compile
   8. vitexport's ExecuTorch XNNPACK int8 program
-  9. vitexport's OpenVINO int8 IR, run as its sidecar pins it, and every --vitexport-artifact (optimize's pick)
+  9. vitexport's OpenVINO int8 IR, run as its sidecar pins it; 9.0 the same IR compiled with OpenVINO's
+     defaults; and every --vitexport-artifact (optimize's picks)
 
 Accuracy: cosine to PyTorch on seeded inputs (verification's batch-8 feed) and top-1 agreement with
 PyTorch on samples/images; "passes gate" is vitexport's int8 gate (vitexport.verify.parity.TOLERANCES:
@@ -21,9 +22,9 @@ random seeded weights: agreement with PyTorch can be measured, accuracy cannot. 
 model GFLOP x images/s over the GEMM rate measured in the same rounds at the row's precision.
 
     python benchmarks/peers.py --config base --artifacts-dir DIR [--vitexport-artifact PATH ...]
-        [--rounds N] [--window-s S] [--batches 1 8] [--threads 2] [--out benchmarks/results]
+        [--rounds N] [--window-s S] [--batches 1 8] [--threads 2] [--out benchmarks/results] [--name peers-zen4]
 
-Builds what it needs into DIR (reused when present and current); writes OUT/peers.json and OUT/peers.md.
+Builds what it needs into DIR (reused when present and current); writes OUT/NAME.json and OUT/NAME.md (NAME: --name, one per machine kind).
 """
 
 from __future__ import annotations
@@ -183,12 +184,18 @@ def build(args, spec, loaded, calibration, progress) -> list[Row]:
           lambda: vitexport_export("executorch", ExecuTorchOptions(dynamic_batch=True, precision="int8"), spec,
                                    loaded, work, progress))
     ov = OpenVinoOptions(dynamic_batch=True, precision="int8", calibration_images=str(IMAGES))
-    built(rows, "9", "vitexport OpenVINO int8", "vitexport + OpenVINO", "int8", "sidecar",
-          lambda: vitexport_export("openvino", ov, spec, loaded, work, progress))
+    ir = built(rows, "9", "vitexport OpenVINO int8", "vitexport + OpenVINO", "int8", "sidecar",
+               lambda: vitexport_export("openvino", ov, spec, loaded, work, progress))
+    # The same IR as OpenVINO compiles it when nobody asks: what row 9's pinned float part is held against.
+    rows.append(Row("9.0", "the same IR, OpenVINO defaults", "vitexport + OpenVINO", "int8", "openvino-default",
+                    path=ir.path, skipped=ir.skipped))
     for i, path in enumerate(args.vitexport_artifact, 1):
         try:
             record = sidecar.read(Path(path))
-            rows.append(Row(f"9.{i}", f"vitexport pick: {Path(path).name}", f"vitexport + {record.backend}",
+            choice = record.info.get("optimize_choice")  # optimize's pick says which candidate, ranked at which batch
+            label = (f"vitexport optimize pick, ranked at batch {choice['batch']}: {choice['chosen']}" if choice
+                     else f"vitexport artifact: {Path(path).name}")
+            rows.append(Row(f"9.{i}", label, f"vitexport + {record.backend}",
                             record.precision, "sidecar", path=str(Path(path).resolve())))
         except Exception as e:
             rows.append(Row(f"9.{i}", f"vitexport pick: {Path(path).name}", "vitexport", "?", "sidecar",
@@ -326,6 +333,62 @@ def timings(row: Row, baseline: Row | None, gflop: float, rate: dict | None) -> 
     return out
 
 
+def standings(rows: list[dict], batches: list[int]) -> list[dict]:
+    """Per batch: the fastest peer default that passes the gate (and the fastest of all, if that one
+    fails it), and each vitexport row's speed against it, paired by round (its time over the row's:
+    > 1 is faster), with the 95 % interval. Also vitexport's OpenVINO IR as its sidecar pins it against
+    the same IR under OpenVINO's defaults (row 9 against 9.0)."""
+    from vitexport.bench.stats import median, paired_ratio
+
+    def medians(row, b):
+        return (row.get("batches") or {}).get(str(b), {}).get("round_medians_ms")
+
+    def versus(row, other, b) -> dict:
+        shift = paired_ratio(medians(other, b), medians(row, b))
+        return {"row": row["number"], "label": row["label"], "against": other["number"], "speedup": shift.ratio,
+                "low": shift.low if shift.bounded else None, "high": shift.high if shift.bounded else None}
+
+    timed = [r for r in rows if not r.get("skipped") and r["number"] != "1"]
+    peers = [r for r in timed if not r["tool"].startswith("vitexport")]
+    ours = [r for r in timed if r["tool"].startswith("vitexport") and r["number"] != "9.0"]
+    out = []
+    for b in batches:
+        have = [r for r in peers if medians(r, b)]
+        passing = [r for r in have if r["accuracy"]["passes_gate"]]
+        if not passing:
+            continue
+        best = min(passing, key=lambda r: median(medians(r, b)))
+        fastest = min(have, key=lambda r: median(medians(r, b)))
+        entry = {"batch": b, "fastest_passing_peer": best["number"], "fastest_peer": fastest["number"],
+                 "vitexport": [versus(r, best, b) for r in ours if medians(r, b)]}
+        pinned, default = (next((r for r in timed if r["number"] == n and medians(r, b)), None) for n in ("9", "9.0"))
+        if pinned and default:
+            entry["openvino_as_recorded_vs_default"] = versus(pinned, default, b)
+        out.append(entry)
+    return out
+
+
+def standings_lines(result: dict) -> list[str]:
+    names = {r["number"]: r["label"] for r in result["rows"]}
+    lines = ["## Where vitexport stands", "",
+             "Each vitexport row against the fastest peer default that passes the gate at that batch: the "
+             "peer's time over the row's, paired by round (> 1: vitexport is faster), 95 % interval where the "
+             "rounds allow one.", ""]
+    for entry in result.get("standings") or []:
+        b, best, fastest = entry["batch"], entry["fastest_passing_peer"], entry["fastest_peer"]
+        lines.append(f"- batch {b}: fastest peer default that passes: {best} {names[best]}"
+                     + (f" (the fastest of all, {fastest} {names[fastest]}, fails the gate)" if fastest != best else ""))
+        for v in entry["vitexport"]:
+            span = f" ({v['low']:.2f}-{v['high']:.2f})" if v["low"] else ""
+            lines.append(f"  - {v['row']} {v['label']}: {v['speedup']:.2f}x{span}")
+        ov = entry.get("openvino_as_recorded_vs_default")
+        if ov:
+            span = f" ({ov['low']:.2f}-{ov['high']:.2f})" if ov["low"] else ""
+            lines.append(f"  - 9 vitexport's OpenVINO int8 as its sidecar pins it, against the same IR under "
+                         f"OpenVINO's defaults (9.0): {ov['speedup']:.2f}x{span}")
+    return lines + [""]
+
+
 # ------------------------------------------------------------------------------------------- writing
 
 def fmt(value, spec: str, empty: str = "") -> str:
@@ -378,7 +441,8 @@ def markdown(result: dict) -> str:
             lines.append(f"{head} {b} | {t['p50_ms']:.1f} | {t['images_per_s']:.1f} | "
                          f"{fmt(vs.get('speedup'), '.2f')}x{span} | {acc['cosine']:.5f} | {agree} | "
                          f"{gate_cell(row)} | {fmt(t['share_of_gemm_rate'], '.2f')} |")
-    lines += ["", "Providers as run: " + "; ".join(f"{r['number']} {r['provider']}" for r in result["rows"]
+    lines += [""] + standings_lines(result)
+    lines += ["Providers as run: " + "; ".join(f"{r['number']} {r['provider']}" for r in result["rows"]
                                                    if r.get("provider")), "",
               "Top-1 agreement is with PyTorch on samples/images; the preset has random seeded weights, so "
               "agreement, not accuracy, is what can be measured, and few images (or none) are decisive. "
@@ -394,7 +458,9 @@ def commands(args) -> list[str]:
             f"vitexport executorch --config {cfg} --dynamic-batch --precision int8 -o {d}",
             f"vitexport openvino --config {cfg} --dynamic-batch --precision int8 --calibration-images samples/images "
             f"-o {d}",
-            f"vitexport optimize --config {cfg} --images samples/images --batch 1 --batch 8 -o {d}/optimize",
+            f"vitexport optimize --config {cfg} --images samples/images --thorough --batch 1 --batch 8 -o {d}/optimize",
+            f"vitexport optimize --config {cfg} --images samples/images --thorough --batch 8 --batch 1 "
+            f"-o {d}/optimize-b8",
             "python benchmarks/peers.py " + shlex.join(sys.argv[1:])]
 
 
@@ -411,6 +477,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
+    parser.add_argument("--name", default="peers", help="the results files' stem (one per machine kind)")
     args = parser.parse_args()
 
     from vitexport.bench.conditions import summary as conditions
@@ -490,11 +557,13 @@ def main() -> None:
                                                           gemm.get(basis_for("cpu", r.precision, features)))}
                  for r in rows],
         "seconds": {"build": built_s, "open": opened_s, "rounds": measured_s, "total": time.monotonic() - t0},
+        "standings": [],
         "commands": commands(args),
     }
-    write_atomic(args.out / "peers.json", json.dumps(result, indent=2, default=str) + "\n")
+    result["standings"] = standings(result["rows"], args.batches)
+    write_atomic(args.out / f"{args.name}.json", json.dumps(result, indent=2, default=str) + "\n")
     text = markdown(result)
-    write_atomic(args.out / "peers.md", text)
+    write_atomic(args.out / f"{args.name}.md", text)
     print(text)
 
 

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from vitexport import backends
 from vitexport import optimize as optimizing
 from vitexport.cli.app import app
+from vitexport.core.errors import UsageError
 from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec
 from vitexport.report.terminal import emit_optimize
@@ -149,6 +150,11 @@ def test_slow_candidates_are_built_only_when_thorough_and_the_table_says_so(tmp_
     with contextlib.redirect_stdout(out):
         emit_optimize(result, as_json=False)
     assert "lengthy: not built" in out.getvalue() and "--thorough" in out.getvalue()
+    monkeypatch.setattr(onnx, "candidates", lambda self, target, images: [
+        Candidate("lengthy", OnnxOptions(precision="int8"), "onnxruntime", slow=True)])
+    with pytest.raises(UsageError, match="--thorough"):  # nothing would be built: bad input, before any work
+        optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path / "none")
+    assert not (tmp_path / "none").exists()
 
 
 def test_a_dynamic_batch_candidate_is_planned_for_the_largest_batch_timed():

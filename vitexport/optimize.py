@@ -62,10 +62,12 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
     calibration = str(calibration_images or images) if (calibration_images or images) else None
     offered, runtimes = gather(target, calibration, only, thorough)
     not_built = [] if thorough else [c.label for _, c in gather(target, calibration, only, True)[0] if c.slow]
+    if not offered and not_built:
+        raise UsageError(f"every candidate for --target {target} takes minutes to build "
+                         f"({', '.join(not_built)}): pass --thorough")
     if not offered:  # every candidate would be built for nothing
         why = "; ".join(f"{timer} cannot run here: {reason}" for timer, reason in runtimes.items() if reason)
-        raise BackendUnavailable(f"--target {target}: " + (why or ("its candidates take minutes to build: --thorough builds them" if not_built else
-                                                           "no backend offers candidates for it")))
+        raise BackendUnavailable(f"--target {target}: " + (why or "no backend offers candidates for it"))
     out = prepare_out_dir(out_dir)
     loaded = load(spec)  # once: every candidate is built from it, and PyTorch's outputs are computed once
     stem = name or loaded.name + "-optimized"

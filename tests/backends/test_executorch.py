@@ -443,7 +443,8 @@ def test_a_second_export_of_one_loaded_model_with_the_same_options_lowers_once(o
         assert pipeline.export("executorch", DEPTH1, ExecuTorchOptions(), out_dir, name=name,
                                loaded=loaded)["parity"]["passed"]
     assert len(lowered) == 1 and (out_dir / "first.pte").read_bytes() == (out_dir / "again.pte").read_bytes()
-    assert sidecar.read(out_dir / "again.pte").info["delegation"] == sidecar.read(out_dir / "first.pte").info["delegation"]
+    first, again = (sidecar.read(out_dir / f"{name}.pte") for name in ("first", "again"))
+    assert again.info["delegation"] == first.info["delegation"]
     pipeline.export("executorch", DEPTH1, ExecuTorchOptions(dynamic_batch=True), out_dir, name="dynamic", loaded=loaded)
     assert len(lowered) == 2
 

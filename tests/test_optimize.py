@@ -97,7 +97,7 @@ def test_openvino_int8_competes_in_each_float_precision_the_cpu_computes_nativel
     from vitexport.backends.openvino import devices
 
     def int8_candidates() -> dict[str, str]:
-        offered, _ = optimizing.gather("cpu", str(IMAGES), ["openvino"])
+        offered, _, _ = optimizing.gather("cpu", str(IMAGES), ["openvino"])
         return {c.label: c.options.inference_precision for _, c in offered if c.options.precision == "int8"}
 
     here = {"openvino-int8-f32": "f32"}
@@ -116,7 +116,7 @@ def test_openvino_int8_competes_in_each_float_precision_the_cpu_computes_nativel
 def test_a_runtime_that_cannot_run_here_offers_nothing_and_says_why(monkeypatch):
     ov = type(backends.get("openvino"))
     monkeypatch.setattr(ov, "bench_unavailable", lambda self, target: "OpenVINO finds no CPU here")
-    offered, runtimes = optimizing.gather("cpu", None, None)
+    offered, runtimes, _ = optimizing.gather("cpu", None, None)
     assert {backend for backend, _ in offered} == {"onnx"}
     assert [c.label for _, c in offered] == ["fp32", "fp32-slim", "int8-dynamic"]  # nothing to calibrate on
     assert runtimes["openvino"] == "OpenVINO finds no CPU here" and runtimes["onnxruntime"] is None
@@ -130,7 +130,7 @@ def test_a_backend_that_offers_no_candidate_for_the_target_is_not_imported(name,
     asked = []
     monkeypatch.setattr(be, "candidates", lambda self, target, images: [])
     monkeypatch.setattr(be, "availability", lambda self: asked.append(name))
-    offered, runtimes = optimizing.gather("cpu", str(IMAGES), [name])
+    offered, runtimes, _ = optimizing.gather("cpu", str(IMAGES), [name])
     assert (offered, runtimes, asked) == ([], {}, [])
 
 
@@ -142,16 +142,20 @@ def test_slow_candidates_are_built_only_when_thorough_and_the_table_says_so(tmp_
     monkeypatch.setattr(onnx, "candidates", lambda self, target, images: [
         Candidate("quick", OnnxOptions(), "onnxruntime"), Candidate("lengthy", OnnxOptions(precision="int8"),
                                                                     "onnxruntime", slow=True)])
-    assert [c.label for _, c in optimizing.gather("cpu", None, ["onnx"])[0]] == ["quick"]
-    assert [c.label for _, c in optimizing.gather("cpu", None, ["onnx"], thorough=True)[0]] == ["quick", "lengthy"]
     result = optimizing.optimize(TINY, only=["onnx"], budget_s=0.05, rounds=1, out_dir=tmp_path)
     assert [r["candidate"] for r in result["candidates"]] == ["quick"] and result["not_built"] == ["lengthy"]
+    every = optimizing.optimize(TINY, only=["onnx"], budget_s=0.05, rounds=1, out_dir=tmp_path / "all",
+                                thorough=True)
+    assert [r["candidate"] for r in every["candidates"]] == ["quick", "lengthy"] and every["not_built"] == []
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         emit_optimize(result, as_json=False)
     assert "lengthy: not built" in out.getvalue() and "--thorough" in out.getvalue()
     monkeypatch.setattr(onnx, "candidates", lambda self, target, images: [
         Candidate("lengthy", OnnxOptions(precision="int8"), "onnxruntime", slow=True)])
+    asked = []
+    monkeypatch.setattr(onnx, "availability", lambda self: asked.append("onnx"))
+    assert optimizing.gather("cpu", None, ["onnx"]) == ([], {}, ["lengthy"]) and asked == []  # not imported for it
     with pytest.raises(UsageError, match="--thorough"):  # nothing would be built: bad input, before any work
         optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path / "none")
     assert not (tmp_path / "none").exists()
@@ -167,7 +171,7 @@ def test_a_dynamic_batch_candidate_is_planned_for_the_largest_batch_timed():
 
 
 def test_only_the_named_backends_compete():
-    offered, runtimes = optimizing.gather("cpu", str(IMAGES), ["onnx"])
+    offered, runtimes, _ = optimizing.gather("cpu", str(IMAGES), ["onnx"])
     assert {backend for backend, _ in offered} == {"onnx"} and set(runtimes) == {"onnxruntime"}
 
 
@@ -212,3 +216,11 @@ def test_a_candidate_whose_timing_stopped_early_says_so():
     with contextlib.redirect_stdout(table):
         emit_optimize({"target": "cpu", "candidates": [row], "chosen": None, "runtimes": {}}, as_json=False)
     assert "timing stopped early" in table.getvalue() and "fp32: timing stopped after 8 rounds" in table.getvalue()
+
+
+def test_the_command_times_with_the_libraries_budget():
+    """The CLI spells its default out (importing optimize would slow `vitexport --help`): the two agree."""
+    import typer.main
+
+    command = typer.main.get_command(app).commands["optimize"]
+    assert next(p for p in command.params if p.name == "budget_s").default == optimizing.BUDGET_S

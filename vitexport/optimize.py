@@ -60,8 +60,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
     check_settings(list(batches), threads, 0, min(WARMUP_S, budget_s), None, budget_s)  # before any export
     check_number(rounds, "--rounds", minimum=1, maximum=100)
     calibration = str(calibration_images or images) if (calibration_images or images) else None
-    offered, runtimes = gather(target, calibration, only, thorough)
-    not_built = [] if thorough else [c.label for _, c in gather(target, calibration, only, True)[0] if c.slow]
+    offered, runtimes, not_built = gather(target, calibration, only, thorough)
     if not offered and not_built:
         raise UsageError(f"every candidate for --target {target} takes minutes to build "
                          f"({', '.join(not_built)}): pass --thorough")
@@ -118,18 +117,21 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
     return result
 
 
-def gather(target: str, calibration: str | None, only: list[str] | None,
-           thorough: bool = False) -> tuple[list[tuple[str, Candidate]], dict[str, str | None]]:
-    """Every backend's candidates for `target` whose runtime runs here (the slow ones only when
-    `thorough`), as (backend, candidate), and each runtime asked for: None when it runs here, else why not."""
+def gather(target: str, calibration: str | None, only: list[str] | None, thorough: bool = False
+           ) -> tuple[list[tuple[str, Candidate]], dict[str, str | None], list[str]]:
+    """Every backend's candidates for `target` whose runtime runs here, as (backend, candidate); each
+    runtime asked for: None when it runs here, else why not; and the labels of the slow candidates
+    left out (all of them unless `thorough`), whose backends are not asked about on their account."""
     known = backends.bench_targets()
     names = list(backends.REGISTRY) if only is None else list(only)
-    offered, runtimes, labels = [], {}, set()
+    offered, runtimes, labels, left_out = [], {}, set(), []
     for backend in names:
         be = backends.get(backend)
         # Candidates first: a backend that offers none for this target is not imported (Core ML's
         # library alone takes seconds to import, for nothing on a CPU target).
-        offers = [c for c in (be.candidates(target, calibration) if be.exports else []) if thorough or not c.slow]
+        offers = be.candidates(target, calibration) if be.exports else []
+        left_out += [c.label for c in offers if c.slow and not thorough]
+        offers = [c for c in offers if thorough or not c.slow]
         if not offers or not be.availability().ok:
             continue
         for candidate in offers:
@@ -144,7 +146,7 @@ def gather(target: str, calibration: str | None, only: list[str] | None,
                 runtimes[timer.name] = backends.get(timer.backend).bench_unavailable(timer)
             if runtimes[timer.name] is None:
                 offered.append((backend, candidate))
-    return offered, runtimes
+    return offered, runtimes, left_out
 
 
 def planned_for(options, batches) -> Any:

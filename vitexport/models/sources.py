@@ -9,10 +9,11 @@ refused unless the user allows them.
 from __future__ import annotations
 
 import contextlib
+import copy
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from vitexport.core.environment import sha256_file, total_memory_bytes
 from vitexport.core.errors import ConfigError, SourceError, WeightsError, import_optional
@@ -50,6 +51,9 @@ class SourceSpec:
         return cls(**d)
 
 
+MEMO_FILE_BYTES = 2_000_000_000  # larger files are not kept in memory between exports
+
+
 @dataclass
 class LoadedModel:
     spec: SourceSpec
@@ -67,6 +71,22 @@ class LoadedModel:
     # many candidates from one load): PyTorch's outputs for an input already checked, a backend's
     # intermediate (its graph before quantization, say). Keys name what the value was made from.
     memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def remembered(self, key: Any, path: Path, make: Callable[[], Any]) -> Any:
+        """`make()` writes the file `path` and returns facts about it. The file's bytes and the facts
+        are kept in the memo under `key`, so the next export of this model with the same settings
+        writes the same bytes again instead of building them again (optimize's candidates start from
+        one graph; its pick is exported again under the final name). A file with companions beside
+        it (external data) or of 2 GB or more is not kept. Returns the facts (a copy once kept)."""
+        if key in self.memo:
+            data, facts = self.memo[key]
+            path.write_bytes(data)
+            return copy.deepcopy(facts)
+        facts = make()
+        alone = not [p for p in path.parent.iterdir() if p != path and p.name.startswith(path.stem)]
+        if alone and path.stat().st_size < MEMO_FILE_BYTES:
+            self.memo[key] = (path.read_bytes(), copy.deepcopy(facts))
+        return facts
 
     def describe(self) -> "SourceRecord":
         from vitexport.models.records import SourceRecord

@@ -22,13 +22,7 @@ def export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:
     kept in the loaded model's memo: lowering ViT-B takes minutes, and optimize exports its pick again
     under the final name (the program holds no file name, so the same bytes serve)."""
     key = ("executorch-pte", repr(sorted(options.to_dict().items())))
-    if key in loaded.memo:
-        data, info = loaded.memo[key]
-        out_path.write_bytes(data)
-        return copy.deepcopy(info)
-    info = _export_pte(loaded, options, out_path)
-    loaded.memo[key] = (out_path.read_bytes(), copy.deepcopy(info))
-    return info
+    return loaded.remembered(key, out_path, lambda: _export_pte(loaded, options, out_path))
 
 
 def _export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:

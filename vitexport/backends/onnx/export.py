@@ -30,9 +30,9 @@ def export_onnx(loaded, options: OnnxOptions, out_path: Path, calibration=None) 
     with tempfile.TemporaryDirectory(dir=out_path.parent) as tmp:
         work = Path(tmp)
         raw = work / "raw.onnx"
-        exporter, fallback_reason = memoized(
-            loaded, ("onnx-export", options.exporters(), options.opset, options.dynamic_batch, options.input_name,
-                     tuple(output_names(loaded, options)), batch), raw,
+        exporter, fallback_reason = loaded.remembered(
+            ("onnx-export", options.exporters(), options.opset, options.dynamic_batch, options.input_name,
+             tuple(output_names(loaded, options)), batch), raw,
             lambda: _export_any(loaded.model, example, raw, options, output_names(loaded, options)))
         info = {"opset_requested": options.opset, "exporter": exporter, "exporter_requested": options.exporter,
                 "exporter_fallback_reason": fallback_reason, "trace_batch": batch}
@@ -80,8 +80,8 @@ def derive(raw: Path, work: Path, options: OnnxOptions, loaded, calibration, inf
         key = ("onnx-int8", _digest(graph), options.quant, options.per_channel, options.keep_fp32,
                options.search_keep, options.calibration_method, options.input_name,
                None if calibration is None else _array_digest(calibration))
-        info["int8"] = dict(memoized(loaded, key, target,
-                                     lambda: quantize_for_ort(graph, target, options, options.input_name, calibration)))
+        info["int8"] = dict(loaded.remembered(
+            key, target, lambda: quantize_for_ort(graph, target, options, options.input_name, calibration)))
         info["int8"]["preprocessed_with"] = info["optimize"]["tool"]
         return target
     return graph
@@ -98,8 +98,8 @@ def optimized(raw: Path, work: Path, how: str, loaded, info: dict, measure: bool
     results, best, best_gain = {}, raw, 1.0
     for name in names:
         target = work / f"{name}.onnx"
-        facts = dict(memoized(loaded, ("onnx-optimized", name, _digest(raw)), target,
-                              lambda: OPTIMIZERS[name](raw, target)))
+        facts = dict(loaded.remembered(("onnx-optimized", name, _digest(raw)), target,
+                                       lambda: OPTIMIZERS[name](raw, target)))
         if measure:
             facts["speedup_batch1"] = round(speedup(raw, target, feed), 3)
             if facts["speedup_batch1"] > best_gain * 1.02:  # 2%: below the noise of a short interleaved timing
@@ -112,22 +112,6 @@ def optimized(raw: Path, work: Path, how: str, loaded, info: dict, measure: bool
                         "gain": f"{best_gain:.2f}x at batch 1" if measure and chosen else
                         ("none measurable at batch 1; the exported graph is kept" if measure else None)}
     return best
-
-
-def memoized(loaded, key: tuple, path: Path, make):
-    """`make()` writes `path` and returns facts about it; the file's bytes and the facts are kept in the
-    loaded model's memo, so the next export of the same model with the same settings (optimize's
-    candidates: fp32, slimmed, int8 dynamic and static all start from one graph) writes them again
-    instead of exporting or optimising again. A graph with external data files is not kept."""
-    if key in loaded.memo:
-        data, facts = loaded.memo[key]
-        path.write_bytes(data)
-        return facts
-    facts = make()
-    if not [p for p in path.parent.iterdir() if p != path and p.name.startswith(path.stem)] \
-            and path.stat().st_size < EXTERNAL_DATA_THRESHOLD:
-        loaded.memo[key] = (path.read_bytes(), facts)
-    return facts
 
 
 def _digest(path: Path) -> str:

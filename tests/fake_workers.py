@@ -40,6 +40,7 @@ class Fake:
     fail_open: Callable[[dict], dict | None] = lambda job: None  # -> {"reason", "kind"} to fail
     fail_burst: Callable[[dict, int, int], dict | None] = lambda job, batch, n: None
     log: list[tuple] = field(default_factory=list)  # (op, worker id, batch) in order
+    wire: list[tuple] = field(default_factory=list)  # ("send", op, worker id) and ("receive", worker id) in order
     workers: list = field(default_factory=list)
 
 
@@ -92,6 +93,14 @@ class FakeWorker:
             self.closed = True
             return {"ok": True, "peak_rss_mb": 100.0, "peak_gpu_mb": None}
         return {"ok": False, "kind": "failed", "reason": f"unknown request {op!r}"}
+
+    def send(self, op: str, **f) -> None:
+        self.fake.wire.append(("send", op, self.id))
+        self.pending = getattr(self, "pending", []) + [self.ask(op, **f)]
+
+    def receive(self) -> dict:
+        self.fake.wire.append(("receive", self.id))
+        return self.pending.pop(0)
 
     def close(self) -> dict:
         return self.ask("close") if not self.closed else {"ok": False}

@@ -31,9 +31,11 @@ RETIRE_SLOWER = 1.10
 # Seconds of timed runs per candidate: twelve bursts of bench's standard length (bench.session.BURST_S),
 # short enough that the two sides of a pair see the same phase of a noisy machine.
 BUDGET_S = 3.0
-# Each worker's warm-up before the rounds; every burst begins with a warm-up run of its own, and the
-# candidates are ranked on rounds paired in time, so a longer one buys nothing here but start-up time.
-WARMUP_S = 0.5
+# Each worker's warm-up before the rounds (at least WARMUP_ITERS runs and WARMUP_S); every burst begins
+# with a warm-up run of its own, and the candidates are ranked on rounds paired in time, so a longer
+# one buys nothing here but start-up time.
+WARMUP_S = 0.2
+WARMUP_ITERS = 1
 
 
 def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "cpu",
@@ -92,8 +94,9 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         # Ranking needs the candidates side by side, not the machine's GEMM rate (bench reports it).
         timers = list(dict.fromkeys(r["runtime"] for r in passing))
         report = bench(None, timers, list(batches), artifacts=[r["artifact"] for r in passing], threads=threads,
-                       warmup_s=min(WARMUP_S, budget_s), budget_s=budget_s, seed=seed, out_dir=work, roofline=False,
-                       rounds=rounds, retire_slower=RETIRE_SLOWER, progress=progress, write_files=write_all)
+                       warmup_iters=WARMUP_ITERS, warmup_s=min(WARMUP_S, budget_s), budget_s=budget_s, seed=seed,
+                       out_dir=work, roofline=False, rounds=rounds, retire_slower=RETIRE_SLOWER, start_together=True,
+                       progress=progress, write_files=write_all)
         attach_speed(rows, report, batches[0])
     chosen = fastest(rows)
     published = None

@@ -347,6 +347,31 @@ def test_rows_pool_their_rounds(monkeypatch, tmp_path):
     assert all(w.closed for w in fake.workers)
 
 
+@pytest.mark.parametrize("together", [False, True])
+def test_workers_load_in_turn_unless_started_together(monkeypatch, tmp_path, together):
+    """One at a time, each load and first inference is timed alone and reported; together (optimize),
+    every worker is asked to load before any answers, warm-ups still run in turn, and the load time
+    and first inference, not measured alone, are left out."""
+    from fake_workers import install
+
+    from vitexport import api
+    from vitexport.models.sources import SourceSpec
+
+    fake = install(monkeypatch)
+    report = api.bench(SourceSpec("tiny", overrides={"depth": 1}), ["torch"], [1, 2], iters=2, warmup_iters=1,
+                       warmup_s=0, budget_s=None, out_dir=tmp_path, roofline=False, rounds=1,
+                       start_together=together)
+    opens = [i for i, w in enumerate(fake.wire) if w[:2] == ("send", "open")]
+    first_reply = next(i for i, w in enumerate(fake.wire) if w[0] == "receive")
+    assert (max(opens) < first_reply) is together
+    prepares = [i for i, w in enumerate(fake.wire) if w[:2] == ("send", "prepare")]
+    assert all(fake.wire[i + 1][0] == "receive" for i in prepares)  # each warm-up runs alone
+    assert report["settings"]["workers_started"] == ("together" if together else "one at a time")
+    for row in report["results"]:
+        assert row["available"]
+        assert (row["load_s"], row["first_inference_ms"]) == ((None, None) if together else (0.1, 50.0))
+
+
 @pytest.fixture(scope="module")
 def tiny_onnx(tmp_path_factory):
     from vitexport import api

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import itertools
 
-from vitexport.bench.regression import MIN_PAIRS
 from vitexport.bench.rounds import Cell, Rounds
-from vitexport.bench.session import retire_behind
+from vitexport.bench.session import RETIRE_PAIRS, retire_behind
 
 
 class Steady:
@@ -33,24 +32,40 @@ def cells(*ms: float, batch: int = 1) -> tuple[list[Cell], list]:
 def test_a_row_clearly_slower_than_the_fastest_stops_after_enough_rounds():
     (fast, close, slow), log = cells(10.0, 10.4, 30.0)
     Rounds({"ms": 10}, seed=0).run([fast, close, slow], 20, retire=lambda live: retire_behind(live, 1.10))
-    assert slow.retired and "beyond 1.10x" in slow.retired and len(slow.medians) == MIN_PAIRS
+    assert slow.retired and "beyond 1.10x" in slow.retired and len(slow.medians) == RETIRE_PAIRS
     assert fast.retired is None and close.retired is None  # 4 % behind: not beyond 10 %
     assert len(fast.medians) == len(close.medians) == 20
 
 
 def test_nothing_is_retired_before_the_gate_has_its_rounds():
     (fast, slow), _ = cells(10.0, 30.0)
-    for i in range(MIN_PAIRS - 1):
+    for i in range(RETIRE_PAIRS - 1):
         fast.medians.append(10.0)
         slow.medians.append(30.0)
     retire_behind([fast, slow], 1.10)
     assert slow.retired is None
 
 
+def test_one_round_within_the_limit_keeps_a_row_in_until_the_interval_lies_beyond_it():
+    """After RETIRE_PAIRS rounds the interval's low end is the smallest round's ratio: one round that
+    puts the row within 10 % of the fastest keeps it taking turns; more rounds narrow the interval."""
+    (fast, slow), _ = cells(10.0, 30.0)
+    for ratio in [1.05] + [3.0] * (RETIRE_PAIRS - 1):
+        fast.medians.append(10.0)
+        slow.medians.append(10.0 * ratio)
+    retire_behind([fast, slow], 1.10)
+    assert slow.retired is None
+    for _ in range(2):
+        fast.medians.append(10.0)
+        slow.medians.append(30.0)
+    retire_behind([fast, slow], 1.10)
+    assert slow.retired and f"after {RETIRE_PAIRS + 2} rounds" in slow.retired
+
+
 def test_rows_are_compared_within_their_batch_size_only():
     (one,), _ = cells(10.0, batch=1)
     (eight,), _ = cells(60.0, batch=8)
-    for _ in range(MIN_PAIRS):
+    for _ in range(RETIRE_PAIRS):
         one.medians.append(10.0)
         eight.medians.append(60.0)
     retire_behind([one, eight], 1.10)

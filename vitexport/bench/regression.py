@@ -137,8 +137,10 @@ def pair_rows(candidates: list[dict], baselines: list[dict]) -> tuple[list[tuple
     return pairs, unmatched
 
 
-def ab_verdict(candidate: list[float], baseline: list[float], limit: float) -> dict[str, Any]:
-    """candidate / baseline from per-round medians paired by round, judged against `limit` (1 + margin)."""
+def ab_verdict(candidate: list[float], baseline: list[float], limit: float, min_pairs: int = MIN_PAIRS
+               ) -> dict[str, Any]:
+    """candidate / baseline from per-round medians paired by round, judged against `limit` (1 + margin);
+    with fewer than `min_pairs` rounds in which both ran, undecided."""
     from vitexport.bench.stats import paired_ratio
 
     n = min(len(candidate), len(baseline))
@@ -147,8 +149,8 @@ def ab_verdict(candidate: list[float], baseline: list[float], limit: float) -> d
     shift = paired_ratio(candidate[:n], baseline[:n])
     out = {"ratio": shift.ratio, "low": shift.low, "high": shift.high, "rounds": n,
            "confidence": shift.confidence}
-    if n < MIN_PAIRS or not shift.bounded:
-        return {**out, "verdict": "undecided", "why": f"{n} paired rounds are too few (at least {MIN_PAIRS})"}
+    if n < min_pairs or not shift.bounded:
+        return {**out, "verdict": "undecided", "why": f"{n} paired rounds are too few (at least {min_pairs})"}
     if shift.beyond(limit):
         return {**out, "verdict": "slower", "why": f"the whole interval lies above {limit:.2f}x"}
     if shift.within(limit):

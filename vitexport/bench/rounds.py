@@ -45,13 +45,25 @@ class WorkerProcess:
         self.closed = False
 
     def ask(self, op: str, **fields: Any) -> dict:
+        self.send(op, **fields)
+        return self.receive()
+
+    def send(self, op: str, **fields: Any) -> None:
+        """A request, without waiting for its reply (`receive`): workers asked in turn work at once."""
         if self.closed:
-            return {"ok": False, "kind": "failed", "reason": "worker already closed"}
+            return
         try:
             self.proc.stdin.write(json.dumps({"op": op, **fields}, default=str) + "\n")
             self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
         except (BrokenPipeError, OSError):
+            pass  # the worker is gone: receive() says why
+
+    def receive(self) -> dict:
+        if self.closed:
+            return {"ok": False, "kind": "failed", "reason": "worker already closed"}
+        try:
+            line = self.proc.stdout.readline()
+        except OSError:
             line = ""
         if not line:
             return {"ok": False, "kind": "failed", "reason": self._died()}

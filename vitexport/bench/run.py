@@ -30,7 +30,7 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
           roofline: bool = True, label: str | None = None, allow_fallback: bool = False, trust_code: bool = False,
           baseline: str | Path | list | None = None, max_slowdown: float | None = None, rounds: int | None = None,
           progress: ProgressLike = None, latency_budget_ms: float | None = None,
-          recheck_s: float | None = None, retire_slower: float | None = None,
+          recheck_s: float | None = None, retire_slower: float | None = None, start_together: bool = False,
           write_files: Callable[[dict, Path], dict] | None = None) -> dict[str, Any]:
     """Measure each target at each batch size on identical feeds, each row in its own worker process,
     the rows taking turns in short rounds (`rounds`: how many; default: enough bursts of about
@@ -49,7 +49,9 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
 
     `retire_slower` (a ratio, e.g. 1.1): a row that the A/B gate's paired statistics find slower than
     its batch's fastest row beyond it stops taking turns (its row says so in `retired`, with the numbers
-    of the rounds it ran): how optimize stops timing candidates that cannot win.
+    of the rounds it ran): how optimize stops timing candidates that cannot win. `start_together`: the
+    workers load at once rather than in turn, and their load time and first inference,
+    not measured alone, are left out of the rows.
 
     Artifacts (and baseline artifacts) whose files differ from their sidecar raise ParityError before
     anything is timed. When no row the user asked for could run, the error of the rows (BackendUnavailable
@@ -85,7 +87,7 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
                         budget_s=budget_s, seed=seed, allow_fallback=allow_fallback, auto=auto,
                         batches=[1] if auto else list(batches), rounds=rounds, latency_budget_ms=latency_budget_ms,
                         recheck_s=budget_s if recheck_s is None else recheck_s, max_slowdown=max_slowdown,
-                        roofline=roofline, retire_slower=retire_slower)
+                        roofline=roofline, retire_slower=retire_slower, start_together=start_together)
     with using(progress) as reporter:
         report = measure_all(spec, targets, settings, artifacts=[Path(a) for a in artifacts], out=out, label=label,
                              trust_code=trust_code, old=old, old_path=old_path, base_artifacts=base_artifacts,

@@ -19,6 +19,11 @@ AUTO = "auto"
 BURST_S = 0.25  # one burst: short enough that two sides of a pair see the same phase of a noisy machine
 MIN_ROUNDS = 8
 MAX_ROUNDS = 200
+# Paired rounds before a row may be retired: the fewest whose 95 % signed-rank interval is bounded. Its
+# low end is then the smallest round's ratio, so a row is retired only when every round put it beyond
+# the limit. (The gate waits for MIN_PAIRS: it must also be able to clear a row, which needs a narrower
+# interval; retiring only ever says "slower".)
+RETIRE_PAIRS = 6
 
 
 @dataclass
@@ -42,6 +47,9 @@ class Settings:
     # A row slower than its batch's fastest beyond this ratio, by the A/B gate's paired verdict, stops
     # taking turns (optimize: a candidate that cannot win costs no more time); None: every row runs on.
     retire_slower: float | None = None
+    # Workers load all at once (optimize: ranks on the rounds alone, and its eight loads take seconds
+    # each one at a time); load time and first inference are then not reported.
+    start_together: bool = False
 
     def round_count(self, paired: bool) -> int:
         """Rounds asked for, else: with --iters, up to MIN_ROUNDS bursts of them; with a time budget,
@@ -64,6 +72,7 @@ class Settings:
                 "iters": self.iters, "budget_s": self.budget_s, "seed": self.seed, "rounds": count,
                 "burst": self.burst(count), "allow_fallback": self.allow_fallback,
                 "batch": AUTO if self.auto else self.batches, "latency_budget_ms": self.latency_budget_ms,
+                "workers_started": "together" if self.start_together else "one at a time",
                 "mode": "end-to-end: host arrays in, host arrays out; rows take turns in short rounds"}
 
 
@@ -121,31 +130,35 @@ class Session:
         return [p.cell for p in plan if p.cell is not None]
 
     def start(self, plan: list[Planned]) -> None:
-        """Open every row's worker and prepare its batch (first inference, warm-up), one at a time:
-        load time and the first inference are timed alone. Then the reference kernel's."""
+        """Open every row's worker and prepare its batch (first inference, warm-up), one at a time, so
+        load time and the first inference are timed alone; with `start_together` (optimize, which ranks
+        on the rounds alone) they load all at once, and those two are not reported. Then the reference
+        kernel's."""
         from vitexport.bench.fingerprint import cpu_features
         from vitexport.bench.roofline import basis_for
 
         features = cpu_features()
         todo = [p for p in plan if p.job is not None]
-        self.progress.step("starting workers", total=len(todo) + 1)
+        together = self.settings.start_together
+        self.progress.step("starting workers" + (" together" if together else ""), total=len(todo) + 1)
         for p in todo:
-            self.progress.note(f"{p.row['backend']} ({p.row['precision']}) at batch {p.row['batch_size']}"
-                               + (" [baseline]" if p.side == "baseline" else ""))
-            worker = self._worker()
-            p.cell = Cell(f"{p.row['backend']} batch {p.row['batch_size']}", worker, p.row["batch_size"])
-            reply = worker.ask("open", **p.job)
+            p.cell = Cell(f"{p.row['backend']} batch {p.row['batch_size']}", self._worker(), p.row["batch_size"])
+        opened = self._ask_each(todo, "open", lambda p: p.job, together)
+        # Warm-ups in turn either way: eight runtimes' thread pools spinning at once only slow each other.
+        prepare = {"warmup_iters": self.settings.warmup_iters, "warmup_s": self.settings.warmup_s}
+        prepared = self._ask_each([p for p in todo if opened[id(p)].get("ok")], "prepare",
+                                  lambda p: {"batch": p.row["batch_size"], **prepare}, together=False)
+        for p in todo:
+            reply = prepared.get(id(p)) or opened[id(p)]
             if reply.get("ok"):
-                p.opened = reply
-                reply = worker.ask("prepare", batch=p.row["batch_size"], warmup_iters=self.settings.warmup_iters,
-                                   warmup_s=self.settings.warmup_s)
-                p.cell.first_inference_ms = reply.get("first_inference_ms")
+                p.opened = {**opened[id(p)], **({"load_s": None} if together else {})}
+                p.cell.first_inference_ms = None if together else reply.get("first_inference_ms")
                 # Which measured GEMM rate the row compares with: its processor's, at its precision.
                 p.row["roofline_basis"] = basis_for(p.be.roofline_basis(p.opened.get("provider")),
                                                     p.row["precision"], features)
-            if not reply.get("ok"):
+            else:
                 p.cell.failure = {"reason": reply.get("reason") or "unknown", "kind": reply.get("kind", "failed")}
-                worker.kill()
+                p.cell.worker.kill()
             self.progress.advance()
         worker = self._worker()
         reply = worker.ask("open", kind="reference", threads=self.settings.threads)
@@ -153,6 +166,17 @@ class Session:
             self.reference = Probe("reference", worker, {"ms": REFERENCE_MS, "warmup_runs": 1, "warmup_s": 0})
             self.reference_info = {"what": reply.get("what"), "flop": reply.get("flop")}
         self.progress.advance()
+
+    def _ask_each(self, plan: list[Planned], op: str, fields, together: bool) -> dict[int, dict]:
+        """Each row's worker's reply to `op` (with `fields(p)`), by id(p): in turn, or all asked first."""
+        replies = {}
+        for p in plan:
+            self.progress.note(f"{op}: {p.row['backend']} ({p.row['precision']}) at batch {p.row['batch_size']}"
+                               + (" [baseline]" if p.side == "baseline" else ""))
+            p.cell.worker.send(op, **fields(p))
+            if not together:
+                replies[id(p)] = p.cell.worker.receive()
+        return {id(p): p.cell.worker.receive() for p in plan} if together else replies
 
     def start_gemms(self, plan: list[Planned]) -> None:
         """A worker per GEMM library for every basis a row that started needs."""
@@ -330,8 +354,8 @@ class Session:
 def retire_behind(cells: list[Cell], limit: float) -> None:
     """Retire the cells clearly slower than the fastest cell of their batch size: the A/B gate's verdict
     on their per-round medians, paired by round ("slower": the whole interval of the ratio beyond
-    `limit`), over the rounds every such cell ran in. Until there are enough rounds, nothing is retired."""
-    from vitexport.bench.regression import MIN_PAIRS, ab_verdict
+    `limit`), over the rounds every such cell ran in. Until there are RETIRE_PAIRS rounds, nothing is retired."""
+    from vitexport.bench.regression import ab_verdict
     from vitexport.bench.stats import median
 
     groups: dict[int, list[Cell]] = {}
@@ -339,13 +363,13 @@ def retire_behind(cells: list[Cell], limit: float) -> None:
         groups.setdefault(cell.batch, []).append(cell)
     for group in groups.values():
         n = min(len(c.medians) for c in group)
-        if len(group) < 2 or n < MIN_PAIRS:
+        if len(group) < 2 or n < RETIRE_PAIRS:
             continue
         leader = min(group, key=lambda c: median(c.medians[-n:]))
         for cell in group:
             if cell is leader:
                 continue
-            verdict = ab_verdict(cell.medians[-n:], leader.medians[-n:], limit)
+            verdict = ab_verdict(cell.medians[-n:], leader.medians[-n:], limit, min_pairs=RETIRE_PAIRS)
             if verdict["verdict"] == "slower":
                 cell.retired = (f"stopped after {n} rounds: {verdict['ratio']:.2f}x the fastest row's p50 "
                                 f"({verdict['low']:.2f}x-{verdict['high']:.2f}x), beyond {limit:.2f}x")

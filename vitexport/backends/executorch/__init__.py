@@ -93,8 +93,10 @@ class ExecuTorchBackend(Backend):
         measured the fastest int8 at batch 1 on an AMD EPYC Zen 4 (benchmarks/results/peers-zen4.md).
         fp32 through XNNPACK is not offered: it was measured slower than ONNX Runtime's fp32 (a Xeon,
         benchmarks/results/bench-executorch-base-2t.md). The program is planned for batches up to 8.
-        Lowering ViT-B takes one to two minutes on 2 vCPUs, so only `optimize --thorough` builds it."""
-        if target != "cpu" or not self.runs_here().ok:
+        Lowering ViT-B takes one to two minutes on 2 vCPUs, so only `optimize --thorough` builds it.
+        Whether the runtime is here is optimize's question, asked only when it builds the candidate:
+        importing it takes ten seconds."""
+        if target != "cpu":
             return []
         return [Candidate("executorch-int8", ExecuTorchOptions(dynamic_batch=True, precision="int8"), self.name,
                           slow=True)]

@@ -34,7 +34,8 @@ def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None
     if options.precision == "int8":
         from vitexport.backends.openvino.quantize import quantize_ir
 
-        model, info["int8"] = quantize_ir(model, options, calibration, batch=1 if options.dynamic_batch else batch)
+        model, info["int8"] = quantize_ir(model, options, calibration, batch=1 if options.dynamic_batch else batch,
+                                          memo=loaded.memo, converted=key)
     _embed_metadata(model, loaded, options)
     # save_model compresses weights to fp16 unless told not to: only --precision fp16 asks for it.
     openvino.save_model(model, str(out_path), compress_to_fp16=options.precision == "fp16")

@@ -17,8 +17,8 @@ Also kept in float: --keep-fp32 (op types, node names, globs over names, or modu
 encoder blocks the accuracy search chose. A converted PyTorch module's node names carry the module
 path they came from (`__module.blocks.0.attn.qkv/aten::linear/MatMul`).
 
-The last int8 IR is kept in memory, keyed by everything that determines it (the converted model's
-bytes, the calibration images, the batch, the keep-lists): IR that differ only in the precision
+The last int8 IR of a loaded model is kept in its memo, keyed by everything that determines it (the
+conversion, the calibration images, the batch, the keep-lists): IR that differ only in the precision
 their float part is compiled in (`vitexport optimize`'s candidates) are calibrated once.
 """
 
@@ -40,11 +40,9 @@ if TYPE_CHECKING:
 
     from vitexport.backends.openvino.options import OpenVinoOptions
 
-_LAST: dict = {}  # {fingerprint: (int8 model, facts)}: the last quantization, reused for the same inputs
 SKIPPED_TYPES = ("Constant", "Parameter", "Result")
 WEIGHT_OPS = ("MatMul", "Convolution")  # the ops whose weights int8 quantizes
 _SCOPE = re.compile(r"^__module\.([^/]+)/")
-_NUMBERED_NAME = re.compile(r'name="[A-Za-z]+_?\d+"')
 
 
 def node_scope(name: str) -> str:
@@ -153,9 +151,11 @@ def kept_float(model, options: "OpenVinoOptions") -> dict[str, str]:
     return why
 
 
-def quantize_ir(model, options: "OpenVinoOptions", calibration: "np.ndarray", batch: int):
+def quantize_ir(model, options: "OpenVinoOptions", calibration: "np.ndarray", batch: int, memo: dict,
+                converted) -> tuple:
     """The int8 form of `model`, calibrated on `calibration` (N, C, H, W) in batches of `batch` (the
-    model's own when it is static). Returns it and what the sidecar records."""
+    model's own when it is static). Returns it and what the sidecar records. `memo`: the loaded model's,
+    where the last int8 model is kept; `converted`: the key `model` was converted under in it."""
     try:
         with quiet_nncf():
             import nncf
@@ -165,10 +165,10 @@ def quantize_ir(model, options: "OpenVinoOptions", calibration: "np.ndarray", ba
         raise UsageError("int8 calibration needs at least one image")
     why = kept_float(model, options)
     reporter = current()
-    key = fingerprint(model, options, calibration, batch)
-    if key in _LAST:
+    key = (INT8, converted, batch, tuple(options.keep_fp32), tuple(options.search_keep), images_digest(calibration))
+    if key in memo:
         reporter.note("int8 calibration reused: the same model, images and keep-lists as the last int8 IR")
-        quantized, facts = _LAST[key]
+        quantized, facts = memo[key]
         return quantized.clone(), copy.deepcopy(facts)
     items = batches(calibration, batch)
     reporter.step(f"calibrating int8 with NNCF on {len(calibration)} images")
@@ -188,35 +188,22 @@ def quantize_ir(model, options: "OpenVinoOptions", calibration: "np.ndarray", ba
         "activations": f"int8 asymmetric per tensor, ranges from {len(calibration)} calibration images",
         "weights": "int8 symmetric, per output channel", "quantized_nodes": sum(w not in why for w in weights),
         "fake_quantize_nodes": fake_quantize, "kept_float": shown}
-    _LAST.clear()  # one kept: a ViT-B's is hundreds of megabytes
-    _LAST[key] = (quantized.clone(), copy.deepcopy(facts))
+    for old in [k for k in memo if isinstance(k, tuple) and k[:1] == (INT8,)]:
+        del memo[old]  # one kept: a ViT-B's is hundreds of megabytes
+    memo[key] = (quantized.clone(), copy.deepcopy(facts))
     return quantized, facts
 
 
-def fingerprint(model, options: "OpenVinoOptions", calibration: "np.ndarray", batch: int) -> str:
-    """A digest of everything quantize_ir's result depends on: the float model as serialized (topology,
-    attributes, weights), the calibration images, the batch, and what is kept in float."""
+INT8 = "openvino-int8"  # the memo keys of int8 models begin with it
+
+
+def images_digest(calibration: "np.ndarray") -> str:
     import hashlib
-    import tempfile
-    from pathlib import Path
 
     import numpy as np
-    import openvino
 
-    digest = hashlib.blake2b(digest_size=32)
-    with tempfile.TemporaryDirectory() as folder:
-        xml, weights = Path(folder, "model.xml"), Path(folder, "model.bin")
-        openvino.serialize(model, str(xml), str(weights))
-        # Names OpenVINO numbers from a process-wide counter (Model3, Constant_3432) differ between two
-        # conversions of the same model; layers are wired by id, so the names carry nothing else.
-        digest.update(_NUMBERED_NAME.sub('name=""', xml.read_text(encoding="utf-8")).encode())
-        with open(weights, "rb") as f:
-            for block in iter(lambda: f.read(1 << 24), b""):
-                digest.update(block)
     rows = np.ascontiguousarray(calibration, dtype=np.float32)
-    digest.update(repr((rows.shape, batch, options.keep_fp32, options.search_keep)).encode())
-    digest.update(rows.tobytes())
-    return digest.hexdigest()
+    return hashlib.sha256(repr(rows.shape).encode() + rows.tobytes()).hexdigest()
 
 
 def batches(images: "np.ndarray", batch: int) -> list:

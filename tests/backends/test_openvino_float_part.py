@@ -193,21 +193,29 @@ def test_an_old_sidecar_keeps_the_rule_it_was_verified_under(int8_ir):
 
 
 def test_calibration_is_shared_by_ir_that_differ_only_in_their_float_part(tmp_path, monkeypatch):
+    """As optimize builds them, from one loaded model: the calibrated model is kept in its memo and
+    found without serialising it (a ViT-B's takes a second)."""
     import nncf
+    import openvino
+
+    from vitexport.models.sources import load
 
     calls = []
     quantize = nncf.quantize
     monkeypatch.setattr(nncf, "quantize", lambda *a, **k: calls.append(1) or quantize(*a, **k))
-    spec = SourceSpec("tiny", overrides={"depth": 1}, seed=7)  # a model no other test has quantized
+    monkeypatch.setattr(openvino, "serialize", lambda *a, **k: pytest.fail("serialised the model"))
+    spec = SourceSpec("tiny", overrides={"depth": 1}, seed=7)
+    loaded = load(spec)
     options = OpenVinoOptions(precision="int8", calibration_images=str(IMAGES), inference_precision="f32")
-    first = api.export("openvino", spec, options, tmp_path, verify=False)
-    second = api.export("openvino", spec, replace(options, inference_precision="auto"), tmp_path, verify=False)
+    first = api.export("openvino", spec, options, tmp_path, verify=False, loaded=loaded)
+    second = api.export("openvino", spec, replace(options, inference_precision="auto"), tmp_path, verify=False,
+                        loaded=loaded)
     assert len(calls) == 1
     assert Path(first["artifact"]).with_suffix(".bin").read_bytes() == \
         Path(second["artifact"]).with_suffix(".bin").read_bytes()
     assert first["info"]["int8"] == second["info"]["int8"] and second["info"]["int8"]["quantized_nodes"] == 4
     other = api.export("openvino", spec, replace(options, keep_fp32=("blocks.0.attn",)), tmp_path / "other",
-                       verify=False)
+                       verify=False, loaded=loaded)
     assert len(calls) == 2 and other["info"]["int8"]["quantized_nodes"] == 2  # another keep-list, another IR
 
 

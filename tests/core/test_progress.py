@@ -124,7 +124,7 @@ def test_bench_rounds_are_one_counted_step(monkeypatch, tmp_path):
 
     cells = 4 if torch.cuda.is_available() else 2  # cells that can run here get a worker; the rest say why not
     assert ("starting workers", cells + 1) in recorder.steps()  # and one for the reference kernel
-    assert ("note", "torch (fp32) at batch 2") in recorder.calls
+    assert ("note", "open: torch (fp32) at batch 2") in recorder.calls
     rounds = benchsession.MIN_ROUNDS  # 2 s of bursts of about 0.25 s
     assert ("timing", rounds) in recorder.steps() and recorder.advances_after("timing") == rounds
     assert ("note", f"round {rounds}/{rounds}") in recorder.calls

@@ -281,7 +281,7 @@ def reference_probe(threads: int):
 
 def exceeded(rows: list, gemms: dict[str, list], threads: int, features, gflop: float) -> list[str]:
     """The bases whose measured rate some row's model throughput (GFLOP per image x images/s) exceeds."""
-    from vitexport.bench.roofline import basis_for
+    from vitexport.bench.roofline import basis_for, fraction_of_roofline
     from vitexport.core.timing import LatencyStats
 
     rate = rates(gemms, threads)
@@ -291,8 +291,8 @@ def exceeded(rows: list, gemms: dict[str, list], threads: int, features, gflop: 
         for b, cell in row.cells.items():
             if cell.failure or not cell.samples or basis in over:
                 continue
-            achieved = gflop * LatencyStats(cell.samples, b).throughput_ips
-            if (rate.get(basis) or {}).get("gflops") and achieved > rate[basis]["gflops"]:
+            ips = LatencyStats(cell.samples, b).throughput_ips
+            if (fraction_of_roofline(gflop, ips, (rate.get(basis) or {}).get("gflops")) or 0) > 1.0:
                 over.append(basis)
     return over
 

@@ -206,6 +206,12 @@ class NotARegularFile(OSError):
     """A path that should be a file is a FIFO, a device or a folder: reading it could block forever."""
 
 
+def sha256_array(array) -> str:
+    """A digest of an array's values, shape and dtype (memo keys of what an export was made from:
+    calibration images, say)."""
+    return hashlib.sha256(array.tobytes()).hexdigest() + str(array.shape) + str(array.dtype)
+
+
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     """The file's sha256. Opened without blocking and checked on the open descriptor, so a FIFO or
     device put where an artifact or its weights should be raises NotARegularFile instead of hanging."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vitexport.backends.base import output_names
 from vitexport.backends.onnx.options import OnnxOptions
-from vitexport.core.environment import quiet_loggers
+from vitexport.core.environment import quiet_loggers, sha256_array
 from vitexport.core.errors import ExportError
 
 # Protobuf cannot serialise a message over 2 GiB: above this, weights go to an external file.
@@ -79,7 +79,7 @@ def derive(raw: Path, work: Path, options: OnnxOptions, loaded, calibration, inf
         # again under the final name, and quantising ViT-B again would take as long as the first time.
         key = ("onnx-int8", _digest(graph), options.quant, options.per_channel, options.keep_fp32,
                options.search_keep, options.calibration_method, options.input_name,
-               None if calibration is None else _array_digest(calibration))
+               None if calibration is None else sha256_array(calibration))
         info["int8"] = dict(loaded.remembered(
             key, target, lambda: quantize_for_ort(graph, target, options, options.input_name, calibration)))
         info["int8"]["preprocessed_with"] = info["optimize"]["tool"]
@@ -119,12 +119,6 @@ def _digest(path: Path) -> str:
 
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _array_digest(array) -> str:
-    import hashlib
-
-    return hashlib.sha256(array.tobytes()).hexdigest() + str(array.shape) + str(array.dtype)
 
 
 def _input_name(path: Path) -> str:

@@ -31,7 +31,7 @@ import io
 import re
 from typing import TYPE_CHECKING
 
-from vitexport.core.environment import quiet_loggers
+from vitexport.core.environment import quiet_loggers, sha256_array
 from vitexport.core.errors import BackendUnavailable, UsageError
 from vitexport.core.progress import current
 
@@ -165,7 +165,7 @@ def quantize_ir(model, options: "OpenVinoOptions", calibration: "np.ndarray", ba
         raise UsageError("int8 calibration needs at least one image")
     why = kept_float(model, options)
     reporter = current()
-    key = (INT8, converted, batch, tuple(options.keep_fp32), tuple(options.search_keep), images_digest(calibration))
+    key = (INT8, converted, batch, tuple(options.keep_fp32), tuple(options.search_keep), sha256_array(calibration))
     if key in memo:
         reporter.note("int8 calibration reused: the same model, images and keep-lists as the last int8 IR")
         quantized, facts = memo[key]
@@ -195,15 +195,6 @@ def quantize_ir(model, options: "OpenVinoOptions", calibration: "np.ndarray", ba
 
 
 INT8 = "openvino-int8"  # the memo keys of int8 models begin with it
-
-
-def images_digest(calibration: "np.ndarray") -> str:
-    import hashlib
-
-    import numpy as np
-
-    rows = np.ascontiguousarray(calibration, dtype=np.float32)
-    return hashlib.sha256(repr(rows.shape).encode() + rows.tobytes()).hexdigest()
 
 
 def batches(images: "np.ndarray", batch: int) -> list:

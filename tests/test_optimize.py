@@ -161,6 +161,64 @@ def test_slow_candidates_are_built_only_when_thorough_and_the_table_says_so(tmp_
     assert not (tmp_path / "none").exists()
 
 
+def two_candidates_timed(monkeypatch, p50: dict[tuple[str, int], float]):
+    """ONNX Runtime's fp32 and int8-dynamic candidates only, 'timed' at the p50s given per
+    (candidate, batch): which wins at which batch is then the test's to say."""
+    from vitexport.backends.base import Candidate
+    from vitexport.backends.onnx.options import OnnxOptions
+    from vitexport.bench import run as bench_run
+
+    monkeypatch.setattr(type(backends.get("onnx")), "candidates", lambda self, target, images: [
+        Candidate("fp32", OnnxOptions(dynamic_batch=True), "onnxruntime"),
+        Candidate("int8-dynamic", OnnxOptions(dynamic_batch=True, precision="int8"), "onnxruntime")])
+
+    def bench(model, timers, batches, artifacts, **kw):
+        results = [{"artifact": Path(a).name, "available": True, "batch_size": b, "provider": "CPUExecutionProvider",
+                    "artifact_bytes": 1, "latency_ms": {"p50": p50[Path(a).stem, b]}}
+                   for b in batches for a in artifacts]
+        return {"results": results, "files": {}}
+
+    monkeypatch.setattr(bench_run, "bench", bench)
+
+
+def test_each_batch_timed_has_its_pick_and_a_different_one_is_published_beside_the_first(tmp_path, monkeypatch):
+    """Which candidate is fastest can change with the batch (on a Zen 4, ExecuTorch int8 at batch 1,
+    OpenVINO int8 at 8): each batch's pick is published, the first's under the usual name."""
+    two_candidates_timed(monkeypatch, {("fp32", 1): 9.0, ("int8-dynamic", 1): 10.0,
+                                       ("fp32", 8): 80.0, ("int8-dynamic", 8): 40.0})
+    result = optimizing.optimize(TINY, only=["onnx"], batches=[1, 8], out_dir=tmp_path)
+    assert result["chosen"] == "fp32" and Path(result["artifact"]).name == "tiny-depth1-optimized.onnx"
+    assert [(p["batch"], p["candidate"], Path(p["artifact"]).name, p["p50_ms"]) for p in result["picks"]] == [
+        (1, "fp32", "tiny-depth1-optimized.onnx", 9.0), (8, "int8-dynamic", "tiny-depth1-optimized-b8.onnx", 40.0)]
+    rows = {r["candidate"]: r for r in result["candidates"]}
+    assert rows["int8-dynamic"]["p50_ms"] == 10.0 and rows["int8-dynamic"]["by_batch"]["8"]["speedup"] == 2.0
+    for pick in result["picks"]:
+        record = sidecar.read(Path(pick["artifact"]))
+        choice = record.info["optimize_choice"]
+        assert record.status == "verified" and choice["chosen"] == pick["candidate"]
+        assert choice["batch"] == pick["batch"] and choice["batches"] == [pick["batch"]]
+    choice = sidecar.read(Path(result["picks"][1]["artifact"])).info["optimize_choice"]
+    assert "40 ms p50 at batch 8" in choice["why"] and "2.00x fp32" in choice["why"]
+    assert choice["others"] == {"fp32": "80 ms in onnxruntime"}
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        emit_optimize(result, as_json=False)
+    text = table.getvalue()
+    assert "p50 ms b8" in text and "chosen at b1" in text and "chosen at b8" in text
+    assert "published int8-dynamic (fastest at batch 8)" in text
+
+
+def test_one_pick_at_every_batch_is_published_once(tmp_path, monkeypatch):
+    two_candidates_timed(monkeypatch, {("fp32", 1): 20.0, ("int8-dynamic", 1): 10.0,
+                                       ("fp32", 8): 80.0, ("int8-dynamic", 8): 40.0})
+    result = optimizing.optimize(TINY, only=["onnx"], batches=[8, 1], out_dir=tmp_path)
+    assert {p["artifact"] for p in result["picks"]} == {result["artifact"]}
+    assert not list(tmp_path.glob("*-b*"))
+    choice = sidecar.read(Path(result["artifact"])).info["optimize_choice"]
+    assert choice["batches"] == [8, 1] and "at batch 8" in choice["why"] and "at batch 1" in choice["why"]
+    assert choice["others"] == {"fp32": "80 ms at batch 8; 20 ms at batch 1 in onnxruntime"}
+
+
 def test_a_dynamic_batch_candidate_is_planned_for_the_largest_batch_timed():
     from vitexport.backends.executorch.options import ExecuTorchOptions
 

@@ -44,7 +44,11 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
              name: str | None = None, seed: int = 0, threads: int | None = None, budget_s: float = BUDGET_S,
              rounds: int = ROUNDS, thorough: bool = False, progress: ProgressLike = None) -> dict[str, Any]:
     """Return {"candidates": [...], "chosen": label or None, "backend": its backend, "artifact": path or
-    None, "bench": report files, "runtimes": {bench target: None or why it cannot run here}}.
+    None, "picks": [...], "bench": report files, "runtimes": {bench target: None or why it cannot run here}}.
+
+    The candidates are ranked at every batch in `batches`: the pick at the first is published as
+    NAME-optimized (`chosen`, `artifact`), a different pick at a later batch N as NAME-optimized-bN;
+    `picks` lists each batch's pick and where it was published.
 
     `only`: the backends whose candidates compete (default: every registered one). `thorough`: also
     the candidates that take minutes to build (`Candidate.slow`)."""
@@ -97,24 +101,24 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
                        warmup_iters=WARMUP_ITERS, warmup_s=min(WARMUP_S, budget_s), budget_s=budget_s, seed=seed,
                        out_dir=work, roofline=False, rounds=rounds, retire_slower=RETIRE_SLOWER, start_together=True,
                        progress=progress, write_files=write_all)
-        attach_speed(rows, report, batches[0])
-    chosen = fastest(rows)
-    published = None
-    if chosen is not None:
-        # Exported again under the final name (names live inside some artifacts, e.g. an ONNX's
-        # external weights), verified again, and told why it won.
-        progress.step(f"publishing {chosen['candidate']} as {stem}")
-        be = backends.get(chosen["backend"])
-        options = be.Options(**{k: tuple(v) if isinstance(v, list) else v for k, v in chosen["options"].items()})
-        result = export(chosen["backend"], spec, options, out, images=images, seed=seed, gate=gate, name=stem,
-                        progress=progress, loaded=loaded)
-        published = result["artifact"]
-        record = sidecar.read(Path(published))
-        record.info["optimize_choice"] = reason(chosen, rows, target, batches[0])
-        sidecar.write(sidecar.path_for(Path(published)), record)
+        attach_speed(rows, report, batches)
+    # The fastest at each batch: which one wins can change with the batch (one runtime's kernels
+    # gain more from a larger batch than another's), so each batch's pick is published.
+    ranked = [(b, row) for b in batches if (row := fastest(rows, b)) is not None]
+    chosen = ranked[0][1] if ranked else None
+    artifacts: dict[str, str] = {}  # candidate -> where it was published
+    for batch, row in ranked:
+        if row["candidate"] not in artifacts:
+            won = [b for b, r in ranked if r is row]
+            artifacts[row["candidate"]] = publish(row, spec, out, stem if row is chosen else f"{stem}-b{batch}",
+                                                  reason(row, rows, target, won), images=images, seed=seed, gate=gate,
+                                                  loaded=loaded, progress=progress)
+    picks = [{"batch": b, "candidate": r["candidate"], "backend": r["backend"], "runtime": r["runtime"],
+              "p50_ms": speed_at(r, b)["p50_ms"], "artifact": artifacts[r["candidate"]]} for b, r in ranked]
     result = {"target": target, "runtimes": runtimes, "not_built": not_built, "candidates": rows,
               "chosen": chosen["candidate"] if chosen else None, "backend": chosen["backend"] if chosen else None,
-              "artifact": published, "bench": report["files"] if report else None}
+              "artifact": artifacts.get(chosen["candidate"]) if chosen else None, "picks": picks,
+              "bench": report["files"] if report else None}
     if chosen is None:
         raise ParityError("no candidate passed its check and accuracy gate; see the table", result)
     return result
@@ -162,35 +166,80 @@ def planned_for(options, batches) -> Any:
     return options
 
 
-def attach_speed(rows: list[dict], report: dict, batch: int) -> None:
-    """Each candidate's p50 at `batch` from the bench report, and its speed-up over the first fp32
-    candidate (ONNX Runtime's plain export, the first backend's)."""
-    by_artifact = {r["artifact"]: r for r in report["results"] if r.get("available") and r["batch_size"] == batch}
+def publish(row: dict, spec: SourceSpec, out: Path, name: str, why: dict, *, images, seed: int,
+            gate: Gate, loaded, progress) -> str:
+    """Export a candidate again under its final name (names live inside some artifacts, e.g. an ONNX's
+    external weights), verify it again, and write in its sidecar why it won; return its path."""
+    progress.step(f"publishing {row['candidate']} as {name}")
+    be = backends.get(row["backend"])
+    options = be.Options(**{k: tuple(v) if isinstance(v, list) else v for k, v in row["options"].items()})
+    result = export(row["backend"], spec, options, out, images=images, seed=seed, gate=gate, name=name,
+                    progress=progress, loaded=loaded)
+    published = Path(result["artifact"])
+    record = sidecar.read(published)
+    record.info["optimize_choice"] = why
+    sidecar.write(sidecar.path_for(published), record)
+    return str(published)
+
+
+def attach_speed(rows: list[dict], report: dict, batches: list[int]) -> None:
+    """Each candidate's p50 at every batch timed from the bench report, and its speed-up over the
+    first fp32 candidate (ONNX Runtime's plain export, the first backend's) at that batch, under
+    `by_batch` ({"1": {...}, "8": {...}}); the first batch's also on the row itself."""
+    for batch in batches:
+        by_artifact = {r["artifact"]: r for r in report["results"]
+                       if r.get("available") and r["batch_size"] == batch}
+        for row in rows:
+            measured = by_artifact.get(Path(row["artifact"]).name) if row.get("artifact") and row["passed"] else None
+            speed = {"p50_ms": measured["latency_ms"]["p50"] if measured else None}
+            if measured and measured.get("retired"):
+                speed["timing"] = measured["retired"]
+            row.setdefault("by_batch", {})[str(batch)] = speed
+            if batch == batches[0]:
+                row["bytes"] = measured.get("artifact_bytes") if measured else None
+                row["provider"] = measured.get("provider") if measured else None
+        base = next((r["by_batch"][str(batch)]["p50_ms"] for r in rows
+                     if r["precision"] == "fp32" and r["by_batch"][str(batch)]["p50_ms"]), None)
+        for row in rows:
+            speed = row["by_batch"][str(batch)]
+            speed["speedup"] = base / speed["p50_ms"] if base and speed["p50_ms"] else None
     for row in rows:
-        measured = by_artifact.get(Path(row["artifact"]).name) if row.get("artifact") and row["passed"] else None
-        row["p50_ms"] = measured["latency_ms"]["p50"] if measured else None
-        row["bytes"] = measured.get("artifact_bytes") if measured else None
-        row["provider"] = measured.get("provider") if measured else None
-        if measured and measured.get("retired"):
-            row["timing"] = measured["retired"]
-    base = next((r["p50_ms"] for r in rows if r["precision"] == "fp32" and r.get("p50_ms")), None)
-    for row in rows:
-        row["speedup"] = base / row["p50_ms"] if base and row.get("p50_ms") else None
+        row.update(speed_at(row, batches[0]))
 
 
-def fastest(rows: list[dict]) -> dict | None:
-    timed = [r for r in rows if r["passed"] and r.get("p50_ms")]
-    return min(timed, key=lambda r: r["p50_ms"]) if timed else None
+def speed_at(row: dict, batch: int) -> dict:
+    """The row's {p50_ms, speedup[, timing]} at `batch`; a row built without timing has the first's."""
+    return row.get("by_batch", {}).get(str(batch)) or {k: row[k] for k in ("p50_ms", "speedup", "timing") if k in row}
 
 
-def reason(chosen: dict, rows: list[dict], target: str, batch: int) -> dict:
-    others = {r["candidate"]: (f"{r['p50_ms']:.3g} ms in {r['runtime']}" if r.get("p50_ms") else
-                               "failed its check: " + r.get("reason", "")[:120] if not r["passed"] else "not timed")
-              for r in rows if r is not chosen}
-    base = next((r for r in rows if r["precision"] == "fp32" and r.get("p50_ms")), None)
-    return {"chosen": chosen["candidate"], "runtime": chosen["runtime"], "target": target, "batch": batch,
-            "why": f"fastest candidate that passed its check and accuracy gate: {chosen['p50_ms']:.3g} ms p50 at "
-                   f"batch {batch} in {chosen['runtime']}"
-                   + (f", {chosen['speedup']:.2f}x {base['candidate']} in {base['runtime']}"
-                      if chosen.get("speedup") and base is not chosen else ""),
+def fastest(rows: list[dict], batch: int | None = None) -> dict | None:
+    """The passing candidate with the lowest p50 at `batch` (default: the row's own p50)."""
+    timed = [r for r in rows if r["passed"] and (speed_at(r, batch) if batch else r).get("p50_ms")]
+    return min(timed, key=lambda r: (speed_at(r, batch) if batch else r)["p50_ms"]) if timed else None
+
+
+def reason(chosen: dict, rows: list[dict], target: str, batches: int | list[int]) -> dict:
+    """What the published sidecar says of the choice: at each batch it won, its p50 and the others'."""
+    batches = [batches] if isinstance(batches, int) else list(batches)
+    base = next((r for r in rows if r["precision"] == "fp32" and speed_at(r, batches[0]).get("p50_ms")), None)
+    whys = []
+    for batch in batches:
+        mine = speed_at(chosen, batch)
+        whys.append(f"{mine['p50_ms']:.3g} ms p50 at batch {batch} in {chosen['runtime']}"
+                    + (f", {mine['speedup']:.2f}x {base['candidate']} in {base['runtime']}"
+                       if mine.get("speedup") and base is not None and base is not chosen else ""))
+    others = {r["candidate"]: _standing(r, batches) for r in rows if r is not chosen}
+    return {"chosen": chosen["candidate"], "runtime": chosen["runtime"], "target": target, "batch": batches[0],
+            "batches": batches, "why": "fastest candidate that passed its check and accuracy gate: " + "; ".join(whys),
             "others": others}
+
+
+def _standing(row: dict, batches: list[int]) -> str:
+    """Where a candidate that was not chosen stood: failed, or its p50 at each batch timed."""
+    if not row["passed"]:
+        return "failed its check: " + row.get("reason", "")[:120]
+    times = [(b, speed_at(row, b).get("p50_ms")) for b in batches]
+    if not any(t for _, t in times):
+        return "not timed"
+    at = (lambda b: f" at batch {b}") if len(batches) > 1 else (lambda b: "")
+    return "; ".join(f"{t:.3g} ms{at(b)}" for b, t in times if t) + f" in {row['runtime']}"

@@ -128,7 +128,8 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
                  help="Images that calibrate the static int8 candidate (default: --images).")] = None,
              min_top1_agreement: Top1Opt = None, max_accuracy_drop: DropOpt = None,
              batch: Annotated[Optional[list[int]], typer.Option(
-                 "--batch", help="Batch sizes timed (repeatable; the first one ranks the candidates).")] = None,
+                 "--batch", help="Batch sizes timed (repeatable): each has its pick; the first's is NAME-optimized, "
+                 "another batch's different pick NAME-optimized-bN.")] = None,
              threads: Annotated[Optional[int], typer.Option(help="Threads for the timing.")] = None,
              budget_s: Annotated[float, typer.Option(
                  help="Seconds of timed runs per candidate and batch.")] = 3.0,  # optimize.BUDGET_S

@@ -367,25 +367,34 @@ def agreement(images: dict) -> str:
 
 
 def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
-    """`vitexport optimize`: one row per candidate, fastest that passed marked."""
+    """`vitexport optimize`: one row per candidate, the pick at each batch marked."""
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
     from rich import box
     from rich.table import Table
 
+    batches = [p["batch"] for p in result.get("picks") or []]
+    several = len(batches) > 1
+    timed = ([(f" b{b}", str(b)) for b in batches] if several else [("", None)])
     table = Table(title=f"vitexport optimize (target {result['target']})", box=box.SIMPLE_HEAD)
-    for column in ("candidate", "runtime", "p50 ms", "speed-up", "cosine", "top-1", "accuracy", "file MB", "verdict"):
+    columns = ["candidate", "runtime"] + [c + suffix for suffix, _ in timed for c in ("p50 ms", "speed-up")]
+    for column in columns + ["cosine", "top-1", "accuracy", "file MB", "verdict"]:
         table.add_column(column, justify="left" if column in ("candidate", "runtime", "verdict") else "right",
                          no_wrap=True)
     for row in result["candidates"]:
         parity = row.get("parity") or {}
         images = parity.get("images") or {}
         accuracy = images.get("accuracy", {}).get("candidate")
-        verdict = ("[bold green]chosen[/bold green]" if row["candidate"] == result["chosen"] else
-                   "[green]passed[/green]" + (" (timing stopped early)" if row.get("timing") else "")
+        won = [p["batch"] for p in result.get("picks") or [] if p["candidate"] == row["candidate"]]
+        chosen = row["candidate"] == result["chosen"] or won
+        verdict = ("[bold green]chosen[/bold green]" + (" at " + ", ".join(f"b{b}" for b in won) if several else "")
+                   if chosen else "[green]passed[/green]" + (" (timing stopped early)" if timing_stopped(row) else "")
                    if row["passed"] else f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
-        table.add_row(row["candidate"], row.get("runtime", ""), fmt(row.get("p50_ms")), f"{row['speedup']:.2f}x" if row.get("speedup") else "",
+        speeds = [(row.get("by_batch") or {}).get(key, {}) if key else row for _, key in timed]
+        table.add_row(row["candidate"], row.get("runtime", ""),
+                      *[cell for s in speeds for cell in (fmt(s.get("p50_ms")),
+                                                          f"{s['speedup']:.2f}x" if s.get("speedup") else "")],
                       f"{parity.get('cosine_similarity', float('nan')):.6f}",
                       agreement(images),
                       f"{100 * accuracy:.2f}%" if accuracy is not None else "",
@@ -395,15 +404,27 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
     console.print("top-1: agreement with PyTorch on the --images it is decisive about (* on all of them, where "
                   "it is decisive about none)", highlight=False)
     for row in result["candidates"]:
-        if row.get("timing"):  # clearly slower than the fastest: it could not win
-            console.print(f"{row['candidate']}: timing {escape(row['timing'])}", highlight=False, soft_wrap=True)
+        for suffix, key in timed:  # clearly slower than the fastest: it could not win
+            timing = ((row.get("by_batch") or {}).get(key) or {}).get("timing") if key else row.get("timing")
+            if timing:
+                console.print(f"{row['candidate']}: timing{suffix and ' at' + suffix} {escape(timing)}",
+                              highlight=False, soft_wrap=True)
     for label in result.get("not_built") or []:
         console.print(f"{label}: not built: it takes minutes to build; --thorough builds it too", highlight=False)
     for runtime, why in (result.get("runtimes") or {}).items():
         if why:
             console.print(f"{runtime} offered nothing: it cannot run here: {escape(why)}", highlight=False)
-    if result.get("artifact"):
+    picks = result.get("picks") or []
+    for artifact in dict.fromkeys(p["artifact"] for p in picks):
+        won = [p for p in picks if p["artifact"] == artifact]
+        at = f" (fastest at batch {', '.join(str(p['batch']) for p in won)})" if several else ""
+        console.print(f"published {won[0]['candidate']}{at}: {artifact}", highlight=False, soft_wrap=True)
+    if not picks and result.get("artifact"):
         console.print(f"published {result['chosen']}: {result['artifact']}", highlight=False, soft_wrap=True)
+
+
+def timing_stopped(row: dict) -> bool:
+    return bool(row.get("timing") or any(s.get("timing") for s in (row.get("by_batch") or {}).values()))
 
 
 def doctor_report(d: dict[str, Any]) -> None:

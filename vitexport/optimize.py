@@ -214,8 +214,11 @@ def speed_at(row: dict, batch: int) -> dict:
 
 def fastest(rows: list[dict], batch: int | None = None) -> dict | None:
     """The passing candidate with the lowest p50 at `batch` (default: the row's own p50)."""
-    timed = [r for r in rows if r["passed"] and (speed_at(r, batch) if batch else r).get("p50_ms")]
-    return min(timed, key=lambda r: (speed_at(r, batch) if batch else r)["p50_ms"]) if timed else None
+    def p50(row: dict) -> float | None:
+        return (speed_at(row, batch) if batch else row).get("p50_ms")
+
+    timed = [r for r in rows if r["passed"] and p50(r)]
+    return min(timed, key=p50) if timed else None
 
 
 def reason(chosen: dict, rows: list[dict], target: str, batches: int | list[int]) -> dict:

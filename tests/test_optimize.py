@@ -211,8 +211,9 @@ def test_each_batch_timed_has_its_pick_and_a_different_one_is_published_beside_t
 def test_one_pick_at_every_batch_is_published_once(tmp_path, monkeypatch):
     two_candidates_timed(monkeypatch, {("fp32", 1): 20.0, ("int8-dynamic", 1): 10.0,
                                        ("fp32", 8): 80.0, ("int8-dynamic", 8): 40.0})
-    result = optimizing.optimize(TINY, only=["onnx"], batches=[8, 1], out_dir=tmp_path)
-    assert {p["artifact"] for p in result["picks"]} == {result["artifact"]}
+    result = optimizing.optimize(TINY, only=["onnx"], batches=[8, 1, 8], out_dir=tmp_path)  # 8 twice: once
+    assert [p["batch"] for p in result["picks"]] == [8, 1] and {p["artifact"] for p in result["picks"]} == {
+        result["artifact"]}
     assert not list(tmp_path.glob("*-b*"))
     choice = sidecar.read(Path(result["artifact"])).info["optimize_choice"]
     assert choice["batches"] == [8, 1] and "at batch 8" in choice["why"] and "at batch 1" in choice["why"]

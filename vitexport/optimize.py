@@ -63,7 +63,8 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         raise UsageError(f"--target must be one of {', '.join(TARGETS)}, got {target!r}")
     gate = gate or Gate()
     gate.check()
-    check_settings(list(batches), threads, 0, min(WARMUP_S, budget_s), None, budget_s)  # before any export
+    batches = list(dict.fromkeys(batches))  # a batch given twice is timed and ranked once
+    check_settings(batches, threads, 0, min(WARMUP_S, budget_s), None, budget_s)  # before any export
     check_number(rounds, "--rounds", minimum=1, maximum=100)
     calibration = str(calibration_images or images) if (calibration_images or images) else None
     offered, runtimes, not_built = gather(target, calibration, only, thorough)
@@ -97,7 +98,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         progress.step("timing every passing candidate in one benchmark run")
         # Ranking needs the candidates side by side, not the machine's GEMM rate (bench reports it).
         timers = list(dict.fromkeys(r["runtime"] for r in passing))
-        report = bench(None, timers, list(batches), artifacts=[r["artifact"] for r in passing], threads=threads,
+        report = bench(None, timers, batches, artifacts=[r["artifact"] for r in passing], threads=threads,
                        warmup_iters=WARMUP_ITERS, warmup_s=min(WARMUP_S, budget_s), budget_s=budget_s, seed=seed,
                        out_dir=work, roofline=False, rounds=rounds, retire_slower=RETIRE_SLOWER, start_together=True,
                        progress=progress, write_files=write_all)

@@ -208,18 +208,17 @@ def attach_speed(rows: list[dict], report: dict, batches: list[int]) -> None:
         row.update(speed_at(row, batches[0]))
 
 
-def speed_at(row: dict, batch: int) -> dict:
-    """The row's {p50_ms, speedup[, timing]} at `batch`; a row built without timing has the first's."""
-    return row.get("by_batch", {}).get(str(batch)) or {k: row[k] for k in ("p50_ms", "speedup", "timing") if k in row}
+def speed_at(row: dict, batch: int | None) -> dict:
+    """The row's {p50_ms, speedup[, timing]} at `batch`; its own (the first batch's) where it has
+    none for that batch, or `batch` is None."""
+    return (row.get("by_batch", {}).get(str(batch))
+            or {k: row[k] for k in ("p50_ms", "speedup", "timing") if k in row})
 
 
 def fastest(rows: list[dict], batch: int | None = None) -> dict | None:
     """The passing candidate with the lowest p50 at `batch` (default: the row's own p50)."""
-    def p50(row: dict) -> float | None:
-        return (speed_at(row, batch) if batch else row).get("p50_ms")
-
-    timed = [r for r in rows if r["passed"] and p50(r)]
-    return min(timed, key=p50) if timed else None
+    timed = [r for r in rows if r["passed"] and speed_at(r, batch).get("p50_ms")]
+    return min(timed, key=lambda r: speed_at(r, batch)["p50_ms"]) if timed else None
 
 
 def reason(chosen: dict, rows: list[dict], target: str, batches: int | list[int]) -> dict:

@@ -377,6 +377,11 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
     batches = [p["batch"] for p in result.get("picks") or []]
     several = len(batches) > 1
     timed = ([(f" b{b}", str(b)) for b in batches] if several else [("", None)])
+
+    def speeds(row: dict) -> list[tuple[str, dict]]:
+        """(column suffix, {p50_ms, speedup[, timing]}) per batch shown: the row's own when one."""
+        return [(suffix, (row.get("by_batch") or {}).get(key, {}) if key else row) for suffix, key in timed]
+
     table = Table(title=f"vitexport optimize (target {result['target']})", box=box.SIMPLE_HEAD)
     columns = ["candidate", "runtime"] + [c + suffix for suffix, _ in timed for c in ("p50 ms", "speed-up")]
     for column in columns + ["cosine", "top-1", "accuracy", "file MB", "verdict"]:
@@ -388,13 +393,13 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         accuracy = images.get("accuracy", {}).get("candidate")
         won = [p["batch"] for p in result.get("picks") or [] if p["candidate"] == row["candidate"]]
         chosen = row["candidate"] == result["chosen"] or won
+        stopped = any(s.get("timing") for _, s in speeds(row))
         verdict = ("[bold green]chosen[/bold green]" + (" at " + ", ".join(f"b{b}" for b in won) if several else "")
-                   if chosen else "[green]passed[/green]" + (" (timing stopped early)" if timing_stopped(row) else "")
+                   if chosen else "[green]passed[/green]" + (" (timing stopped early)" if stopped else "")
                    if row["passed"] else f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
-        speeds = [(row.get("by_batch") or {}).get(key, {}) if key else row for _, key in timed]
         table.add_row(row["candidate"], row.get("runtime", ""),
-                      *[cell for s in speeds for cell in (fmt(s.get("p50_ms")),
-                                                          f"{s['speedup']:.2f}x" if s.get("speedup") else "")],
+                      *[cell for _, s in speeds(row) for cell in (fmt(s.get("p50_ms")),
+                                                                  f"{s['speedup']:.2f}x" if s.get("speedup") else "")],
                       f"{parity.get('cosine_similarity', float('nan')):.6f}",
                       agreement(images),
                       f"{100 * accuracy:.2f}%" if accuracy is not None else "",
@@ -404,10 +409,9 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
     console.print("top-1: agreement with PyTorch on the --images it is decisive about (* on all of them, where "
                   "it is decisive about none)", highlight=False)
     for row in result["candidates"]:
-        for suffix, key in timed:  # clearly slower than the fastest: it could not win
-            timing = ((row.get("by_batch") or {}).get(key) or {}).get("timing") if key else row.get("timing")
-            if timing:
-                console.print(f"{row['candidate']}: timing{suffix and ' at' + suffix} {escape(timing)}",
+        for suffix, speed in speeds(row):  # clearly slower than the fastest: it could not win
+            if speed.get("timing"):
+                console.print(f"{row['candidate']}: timing{suffix and ' at' + suffix} {escape(speed['timing'])}",
                               highlight=False, soft_wrap=True)
     for label in result.get("not_built") or []:
         console.print(f"{label}: not built: it takes minutes to build; --thorough builds it too", highlight=False)
@@ -421,10 +425,6 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         console.print(f"published {won[0]['candidate']}{at}: {artifact}", highlight=False, soft_wrap=True)
     if not picks and result.get("artifact"):
         console.print(f"published {result['chosen']}: {result['artifact']}", highlight=False, soft_wrap=True)
-
-
-def timing_stopped(row: dict) -> bool:
-    return bool(row.get("timing") or any(s.get("timing") for s in (row.get("by_batch") or {}).values()))
 
 
 def doctor_report(d: dict[str, Any]) -> None:

@@ -161,3 +161,25 @@ def test_tanh_approximated_gelu_stays_approximated(out_dir, tmp_path):
              for f in spec.mlProgram.functions.values() for block in f.block_specializations.values()
              for op in block.operations if op.type == "const" and op.outputs[0].name.startswith("gelu")]
     assert modes == ["TANH_APPROXIMATION"]
+
+
+@pytest.mark.parametrize("backend,options", [("coreml", {}), ("coreml", {"compress": "int8"}),
+                                             ("executorch", {"delegate": "coreml"})])
+def test_a_conversion_leaves_nothing_in_the_temp_folder(out_dir, tmp_path, monkeypatch, backend, options):
+    """coremltools keeps every package it writes in the temp folder until the process exits: a long
+    run piled them up (331 MB each for ViT-B), and a killed one left them for good."""
+    import tempfile
+
+    import torch._dynamo  # noqa: F401  (torch puts its compile cache in the temp folder on this import)
+
+    from vitexport.backends import get
+
+    if backend == "executorch":
+        pytest.importorskip("executorch")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    result = api.export(backend, SourceSpec("tiny", overrides={"depth": 1}), get(backend).Options(**options),
+                        out_dir, verify=False)
+    assert (out_dir / result["artifact"]).exists()
+    assert list(temp.iterdir()) == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vitexport.backends.base import output_names
 from vitexport.backends.coreml.options import COMPRESSIONS, CoreMLOptions, read_labels
-from vitexport.backends.coreml_common.library import import_coremltools
+from vitexport.backends.coreml_common.library import import_coremltools, own_temp_folder
 from vitexport.core.errors import BackendUnavailable, ExportError, UsageError
 
 
@@ -52,26 +52,27 @@ def convert(loaded, options: CoreMLOptions, out_path: Path) -> dict:
     example = torch.randn((max(2, batches[0]) if batches else shape[0], *shape[1:]),
                           generator=torch.Generator().manual_seed(0))
     dynamic = {_first_arg(model): {0: torch.export.Dim("batch", min=1, max=4096)}} if batches else None
-    try:
-        with torch.no_grad(), export_mode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            program = torch.export.export(model, (example,), dynamic_shapes=dynamic).run_decompositions({})
-            _register_gelu()
-            mlmodel = ct.convert(program, inputs=[_input_type(ct, options, shape, batches)],
-                                 outputs=[ct.TensorType(name=n) for n in output_names(loaded, options)],
-                                 convert_to="mlprogram",
-                                 minimum_deployment_target=getattr(ct.target, options.target),
-                                 compute_precision=ct.precision.FLOAT16 if options.precision == "fp16"
-                                 else ct.precision.FLOAT32)
-            if options.compress:
-                mlmodel = _compress(mlmodel, options.compress)
-    except (UsageError, BackendUnavailable):
-        raise
-    except Exception as e:
-        text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ExportError(f"Core ML conversion failed: {type(e).__name__}: {text[:300]}") from None
-    _describe(mlmodel, loaded, options, labels)
-    mlmodel.save(str(out_path))
+    with own_temp_folder():  # coremltools' own packages of the model go once ours is saved
+        try:
+            with torch.no_grad(), export_mode(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                program = torch.export.export(model, (example,), dynamic_shapes=dynamic).run_decompositions({})
+                _register_gelu()
+                mlmodel = ct.convert(program, inputs=[_input_type(ct, options, shape, batches)],
+                                     outputs=[ct.TensorType(name=n) for n in output_names(loaded, options)],
+                                     convert_to="mlprogram",
+                                     minimum_deployment_target=getattr(ct.target, options.target),
+                                     compute_precision=ct.precision.FLOAT16 if options.precision == "fp16"
+                                     else ct.precision.FLOAT32)
+                if options.compress:
+                    mlmodel = _compress(mlmodel, options.compress)
+        except (UsageError, BackendUnavailable):
+            raise
+        except Exception as e:
+            text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise ExportError(f"Core ML conversion failed: {type(e).__name__}: {text[:300]}") from None
+        _describe(mlmodel, loaded, options, labels)
+        mlmodel.save(str(out_path))
     return {"target": options.target, "compute_precision": options.precision, "compress": options.compress,
             "image_input": options.image_input, "batch_sizes": batches or None, "labels": bool(labels),
             "converter": "torch.export", "engine_off_macos": "mil-evaluator"}

@@ -1,11 +1,15 @@
-"""coremltools, imported quietly with the extra that brings it named, and the one message for a Core ML
-program the evaluator cannot run."""
+"""coremltools, imported quietly with the extra that brings it named; a temp folder of its own for
+each conversion; and the one message for a Core ML program the evaluator cannot run."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from vitexport.core.environment import quiet_loggers
 from vitexport.core.errors import BackendUnavailable, UsageError
@@ -22,6 +26,23 @@ def import_coremltools():
     except ImportError:
         raise BackendUnavailable("coremltools is not installed: pip install 'vitexport[coreml]'") from None
     return ct
+
+
+@contextmanager
+def own_temp_folder() -> Iterator[None]:
+    """Run a conversion with a temp folder of its own, removed when it ends. coremltools writes each
+    model it converts or compresses as a package in the temp folder and removes it only when the
+    process exits: a long run (optimize, matrix, a test session) piled them up, 331 MB each for ViT-B,
+    and a killed one left them behind for good."""
+    import torch._dynamo  # noqa: F401  torch fixes its compile cache under the temp folder on this import
+
+    scratch = tempfile.mkdtemp(prefix="vitexport-coreml-")
+    saved, tempfile.tempdir = tempfile.tempdir, scratch
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def unsupported(e: Exception) -> UsageError:

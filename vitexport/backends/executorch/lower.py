@@ -47,7 +47,8 @@ def _export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:
         if options.precision == "int8":
             program, info["quant"] = _int8(program, loaded, options, example, shapes, timings)
         program, info["decompositions"] = _forms(program, options, timings)
-        edge = _stage("lower", timings, lambda: _lower(program, partitioners))
+        with _temp_folder(options):
+            edge = _stage("lower", timings, lambda: _lower(program, partitioners))
         info["delegation"] = _summary(edge, options)
         pte = _stage("to_executorch", timings, edge.to_executorch)
     with open(out_path, "wb") as f:
@@ -109,6 +110,16 @@ def _lower(program, partitioners: list):
     from executorch.exir import to_edge_transform_and_lower
 
     return to_edge_transform_and_lower(program, partitioner=partitioners)
+
+
+def _temp_folder(options: ExecuTorchOptions):
+    """Core ML's delegate converts with coremltools, which leaves a package per partition in the
+    temp folder until the process exits: lowered with a temp folder of its own."""
+    if options.delegate != "coreml":
+        return contextlib.nullcontext()
+    from vitexport.backends.coreml_common.library import own_temp_folder
+
+    return own_temp_folder()
 
 
 def _partitioners(options: ExecuTorchOptions) -> list:

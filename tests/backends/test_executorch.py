@@ -155,6 +155,28 @@ def test_unsupported_attention_keeps_pytorchs_decomposition():
     assert torch.allclose(program.module()(x), Mixed()(x), atol=1e-5)
 
 
+@needs_executorch
+def test_views_of_a_dynamic_batch_take_it_as_their_one_inferred_size():
+    """XNNPACK's view takes one inferred (-1) size but no symbolic one, and under a dynamic batch
+    every reshape torch.export records carries one (s0 * 4): written as recorded, a torchvision-style
+    ViT's views all stayed outside the delegate."""
+    import torch
+
+    from vitexport.backends.executorch.decompose import xnnpack_forms
+    from vitexport.models.sources import load
+
+    model = load(SourceSpec(f"{ROOT / 'samples' / 'models' / 'zoo.py'}:stock_vit")).model
+    x = torch.randn(2, 3, 64, 64)
+    batch = {0: torch.export.Dim("batch", min=1, max=8)}
+    program, used = xnnpack_forms(torch.export.export(model, (x,), dynamic_shapes=(batch,)), "fp32")
+    views = [n.args[1] for n in program.graph.nodes if n.op == "call_function" and "view" in str(n.target)]
+    assert views and used["view(symbolic size)"] > 0
+    assert all(all(isinstance(size, int) for size in shape) and shape.count(-1) <= 1 for shape in views), views
+    for n in (1, 5):
+        x = torch.randn(n, 3, 64, 64)
+        assert torch.allclose(program.module()(x), model(x), atol=1e-5)
+
+
 TANH_GELU = """
     class TanhGelu(nn.Module):
         input_shape = (1, 3, 16, 16)
@@ -307,6 +329,8 @@ def test_dynamic_batch_is_bounded_and_checked_at_1_3_and_max(tmp_path):
     artifact = out / "tiny-depth1.pte"
     record = sidecar.read(artifact)
     assert record.dynamic_batch and record.info["max_batch"] == 4 and record.parity.batches == [1, 3, 4]
+    # Views sized by the symbolic batch are written with it inferred: XNNPACK takes every one.
+    assert "view_copy" not in record.info["delegation"]["not_delegated"]
     be = backends.get("executorch")
     with be.load(artifact, record) as runner:  # memory was planned for 4 images: 5 is refused, not overrun
         import numpy as np

@@ -25,6 +25,7 @@ FORMS = {
     "matmul": "bmm over the flattened batch dims",
     "squeeze/unsqueeze": "a view",
     "gelu(tanh)": "0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))",
+    "view(symbolic size)": "the same view with that size inferred (-1)",
 }
 
 
@@ -66,7 +67,10 @@ def layer_norm_as_means(x, normalized_shape, weight=None, bias=None, eps=1e-5, c
     if len(normalized_shape) != 1 or x.dim() < 2:
         return NotImplemented
     shape = x.shape
-    x4 = x.reshape(shape[0], -1, shape[-1], 1)  # (n, ..., c) -> (n, rows, c, 1)
+    # The rows spelt out where they are static: with a dynamic batch, one inferred size is all
+    # XNNPACK's view takes, and the batch's is the one.
+    rows = math.prod(shape[1:-1]) if all(isinstance(size, int) for size in shape[1:-1]) else -1
+    x4 = x.reshape(shape[0], rows, shape[-1], 1)  # (n, ..., c) -> (n, rows, c, 1)
     centred = x4 - x4.mean((2, 3), keepdim=True)
     y = (centred * torch.rsqrt((centred * centred).mean((2, 3), keepdim=True) + eps)).reshape(shape)
     if weight is not None:
@@ -132,7 +136,33 @@ def xnnpack_forms(ep, precision: str, speed: bool = True):
     decomposed = ep.run_decompositions(table)
     after = _count(decomposed, names)  # what a form declined (NotImplemented) went PyTorch's way instead
     used = {name: before[name] - after.get(name, 0) for name in before if before[name] - after.get(name, 0)}
+    if speed and (inferred := infer_symbolic_views(decomposed)):
+        used["view(symbolic size)"] = inferred
     return decomposed, used
+
+
+def infer_symbolic_views(ep) -> int:
+    """Write each view whose shape has one symbolic size (s0 * 12 under a dynamic batch) with that
+    size inferred (-1), in place; return how many. XNNPACK takes a view with one inferred size but
+    none with a symbolic one: a dynamic-batch program's views stayed outside the delegate, each a
+    copy in ExecuTorch's own kernels cutting the graph apart (a torchvision-style ViT: 25 pieces)."""
+    import torch
+
+    views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+    count = 0
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target not in views:
+            continue
+        shape = list(node.args[1])
+        symbolic = [i for i, size in enumerate(shape) if not isinstance(size, int)]
+        if len(symbolic) == 1 and -1 not in shape:
+            shape[symbolic[0]] = -1
+            node.args = (node.args[0], shape)
+            count += 1
+    if count:
+        ep.graph.eliminate_dead_code()  # the sizes' arithmetic (sym_size, mul) left unused
+        ep.graph_module.recompile()
+    return count
 
 
 def _count(ep, names: dict) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """Core ML packages: conversion and parity through the ML-program evaluator (or Core ML on macOS)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -183,3 +184,39 @@ def test_a_conversion_leaves_nothing_in_the_temp_folder(out_dir, tmp_path, monke
                         out_dir, verify=False)
     assert (out_dir / result["artifact"]).exists()
     assert list(temp.iterdir()) == []
+
+
+def test_conversions_in_two_threads_each_get_a_temp_folder_and_leave_the_process_its_own(monkeypatch):
+    """The temp folder is the process's: two conversions redirecting it at once would each restore
+    what the other set, leaving the process pointed at a removed folder."""
+    import tempfile
+    import threading
+
+    from vitexport.backends.coreml_common.library import own_temp_folder
+
+    before = tempfile.gettempdir()
+    monkeypatch.setattr(tempfile, "tempdir", tempfile.tempdir)  # put back whatever happens here
+    first_in, second_in, first_out, seen = threading.Event(), threading.Event(), threading.Event(), {}
+
+    def first():
+        with own_temp_folder():
+            seen["first"] = tempfile.gettempdir()
+            first_in.set()
+            second_in.wait(1.0)  # the second is kept out until this one has left: this wait runs out
+        first_out.set()
+
+    def second():
+        first_in.wait()
+        with own_temp_folder():
+            seen["second"] = tempfile.gettempdir()
+            second_in.set()
+            first_out.wait(1.0)  # (had both been in at once, the first would leave before this one)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert tempfile.gettempdir() == before
+    assert seen["first"] != seen["second"] and before not in (seen["first"], seen["second"])
+    assert not any(Path(p).exists() for p in seen.values())

@@ -7,12 +7,15 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from vitexport.core.environment import quiet_loggers
 from vitexport.core.errors import BackendUnavailable, UsageError
+
+_REDIRECTED = threading.RLock()  # the temp folder is the whole process's: one conversion redirects it at a time
 
 
 def import_coremltools():
@@ -36,13 +39,14 @@ def own_temp_folder() -> Iterator[None]:
     and a killed one left them behind for good."""
     import torch._dynamo  # noqa: F401  torch fixes its compile cache under the temp folder on this import
 
-    scratch = tempfile.mkdtemp(prefix="vitexport-coreml-")
-    saved, tempfile.tempdir = tempfile.tempdir, scratch
-    try:
-        yield
-    finally:
-        tempfile.tempdir = saved
-        shutil.rmtree(scratch, ignore_errors=True)
+    with _REDIRECTED:
+        scratch = tempfile.mkdtemp(prefix="vitexport-coreml-")
+        saved, tempfile.tempdir = tempfile.tempdir, scratch
+        try:
+            yield
+        finally:
+            tempfile.tempdir = saved
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def unsupported(e: Exception) -> UsageError:

@@ -85,7 +85,7 @@ def test_bf16_wins_over_fp32_when_int8_fails_its_gate():
         row["speedup"] = 196.0 / row["p50_ms"] if row["p50_ms"] else None
     chosen = optimizing.fastest(rows)
     assert chosen["candidate"] == "openvino-bf16"
-    why = optimizing.reason(chosen, rows, "cpu", 1)
+    why = optimizing.reason(chosen, rows, "cpu", [1])
     assert "openvino" in why["why"] and "1.72x fp32 in onnxruntime" in why["why"]
     assert why["others"]["int8-static"].startswith("failed its check")
 

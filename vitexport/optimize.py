@@ -221,9 +221,8 @@ def fastest(rows: list[dict], batch: int | None = None) -> dict | None:
     return min(timed, key=lambda r: speed_at(r, batch)["p50_ms"]) if timed else None
 
 
-def reason(chosen: dict, rows: list[dict], target: str, batches: int | list[int]) -> dict:
+def reason(chosen: dict, rows: list[dict], target: str, batches: list[int]) -> dict:
     """What the published sidecar says of the choice: at each batch it won, its p50 and the others'."""
-    batches = [batches] if isinstance(batches, int) else list(batches)
     base = next((r for r in rows if r["precision"] == "fp32" and speed_at(r, batches[0]).get("p50_ms")), None)
     whys = []
     for batch in batches:

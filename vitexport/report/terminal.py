@@ -392,10 +392,9 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         images = parity.get("images") or {}
         accuracy = images.get("accuracy", {}).get("candidate")
         won = [p["batch"] for p in result.get("picks") or [] if p["candidate"] == row["candidate"]]
-        chosen = row["candidate"] == result["chosen"] or won
         stopped = any(s.get("timing") for _, s in speeds(row))
         verdict = ("[bold green]chosen[/bold green]" + (" at " + ", ".join(f"b{b}" for b in won) if several else "")
-                   if chosen else "[green]passed[/green]" + (" (timing stopped early)" if stopped else "")
+                   if won else "[green]passed[/green]" + (" (timing stopped early)" if stopped else "")
                    if row["passed"] else f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
         table.add_row(row["candidate"], row.get("runtime", ""),
                       *[cell for _, s in speeds(row) for cell in (fmt(s.get("p50_ms")),
@@ -423,8 +422,6 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         won = [p for p in picks if p["artifact"] == artifact]
         at = f" (fastest at batch {', '.join(str(p['batch']) for p in won)})" if several else ""
         console.print(f"published {won[0]['candidate']}{at}: {artifact}", highlight=False, soft_wrap=True)
-    if not picks and result.get("artifact"):
-        console.print(f"published {result['chosen']}: {result['artifact']}", highlight=False, soft_wrap=True)
 
 
 def doctor_report(d: dict[str, Any]) -> None:

@@ -255,14 +255,16 @@ def test_no_report_field_runs_as_markup_on_any_page(browser, matrix_page, tmp_pa
 
     hook = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": HOOKS})
     try:
-        load(browser, tmp_path / "page.html")  # no console errors either: no image tried to load
+        browser.get((tmp_path / "page.html").as_uri())
         found = browser.execute_script(INSPECT)
+        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": hook["identifier"]})
     assert not found["title"].startswith(hostile.MARK), found["title"]
     assert found["seen"]["fetch"] == found["seen"]["xhr"] == found["seen"]["open"] == []
     assert set(found["seen"]["created"]) <= {"option"}, found["seen"]["created"]  # the filters' lists
     assert found["handlers"] == [] and found["strange"] == [] and found["scripts"] == 1
+    assert errors == [], errors  # no image tried to load, no script failed
     # ...and the payloads are on the page, as text: the heading names the model or the plan.
     assert hostile.MARK in found["heading"]
     shown = {int(n) for n in re.findall(rf"{hostile.MARK} (\d+)!", found["text"])}

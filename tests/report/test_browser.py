@@ -193,13 +193,18 @@ def test_the_history_page_draws_each_row_over_time(browser, tmp_path):
 HOOKS = """
 (function () {
   var seen = window.__seen = {fetch: [], xhr: [], open: [], created: []};
-  var fetch0 = window.fetch, open0 = XMLHttpRequest.prototype.open;
-  var create0 = Document.prototype.createElement, createNS0 = Document.prototype.createElementNS;
-  window.fetch = function (url) { seen.fetch.push(String(url)); return fetch0.apply(this, arguments); };
-  XMLHttpRequest.prototype.open = function (m, url) { seen.xhr.push(String(url)); return open0.apply(this, arguments); };
-  window.open = function (url) { seen.open.push(String(url)); return null; };
-  Document.prototype.createElement = function (tag) { seen.created.push(String(tag)); return create0.apply(this, arguments); };
-  Document.prototype.createElementNS = function (ns, tag) { seen.created.push(String(tag)); return createNS0.apply(this, arguments); };
+  function watch(owner, name, list, argument) {
+    var original = owner[name];
+    owner[name] = function () {
+      seen[list].push(String(arguments[argument]));
+      return original.apply(this, arguments);
+    };
+  }
+  watch(window, "fetch", "fetch", 0);
+  watch(XMLHttpRequest.prototype, "open", "xhr", 1);
+  watch(window, "open", "open", 0);
+  watch(Document.prototype, "createElement", "created", 0);
+  watch(Document.prototype, "createElementNS", "created", 1);
 })();
 """
 # What the page holds once loaded: its title, what scripts asked for, and every element or handler
@@ -213,7 +218,9 @@ all.forEach(function (el) {
       handlers.push(el.tagName + " " + a.name);
     }
   });
-  if (/^(img|iframe|object|embed|link|pwned)/i.test(el.tagName) || el.hasAttribute("data-pwned")) strange.push(el.tagName);
+  if (/^(img|iframe|object|embed|link|pwned)/i.test(el.tagName) || el.hasAttribute("data-pwned")) {
+    strange.push(el.tagName);
+  }
 });
 var text = document.documentElement.textContent + all.map(function (el) {
   return Array.prototype.map.call(el.attributes, function (a) { return a.value; }).join(" ");

@@ -32,8 +32,6 @@ class Box:
     bottom: int = BOTTOM
 
 
-BOX = Box()
-
 
 def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     if high <= low:
@@ -171,7 +169,8 @@ def history_chart(series: Series, title: str) -> Chart:
     axes.log, axes.x0, axes.x1 = False, -0.5, len(pts) - 0.5
     marks = [Mark(x=axes.x(i), y=axes.y(p["p50"]), status="verified", key=f"{series.name}|{i}", number=i + 1,
                   low=axes.y(p["low"]), high=axes.y(p["high"]),
-                  words=f"{p['when']} ({p['source']}): p50 {p['p50']:.3g} ms, spread {p['low']:.3g}..{p['high']:.3g} ms")
+                  words=(f"{p['when']} ({p['source']}): p50 {p['p50']:.3g} ms, "
+                         f"spread {p['low']:.3g}..{p['high']:.3g} ms"))
              for i, p in enumerate(pts)]
     first, last = pts[0]["p50"], pts[-1]["p50"]
     return Chart(title=title, frame=axes.frame("report, oldest first", "p50 ms (lower is better)", x_ticks=False),

@@ -30,7 +30,7 @@ from vitexport.cli.options import (
     source_spec,
 )
 from vitexport.cli.running import handle_errors, progress_for, said, stdout_to_stderr
-from vitexport.core.errors import ExitCode, UsageError, VitexportError
+from vitexport.core.errors import ExitCode, RegressionError, UsageError, VitexportError
 
 
 def _bench_help() -> str:
@@ -93,12 +93,17 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
           ) -> None:
     """Time each backend on identical inputs; print one table, write JSON, CSV, Markdown and a PNG plot."""
     from vitexport import api
+    from vitexport.core import writer
     from vitexport.report.files import write_json
     from vitexport.report.terminal import bench_report
 
-    def show(result: dict) -> None:
-        if json_path:
-            write_json(result, json_path)
+    inputs = [*(artifacts or []), *(baseline or []), *([weights] if weights else [])]
+    if json_path:  # before any work: never over a file of the user's nor one of the run's inputs
+        writer.check(json_path, ours=writer.json_report_is_ours, inputs=inputs, flag="--json")
+
+    def show(result: dict, timed: bool = True) -> None:
+        if json_path and timed:  # a run that timed nothing replaces nothing
+            write_json(result, json_path, inputs)
         bench_report(result)
 
     spec = source_spec(config, model, weights, allow_pickle, input_shape, overrides, seed) \
@@ -114,7 +119,7 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
     except VitexportError as e:  # a slower row, or nothing that could run: the table first, then the error
         result = getattr(e, "result", None)
         if isinstance(result, dict) and result.get("schema", "").startswith("vitexport.bench/"):
-            show(result)
+            show(result, timed=isinstance(e, RegressionError))
         raise
     show(result)
 

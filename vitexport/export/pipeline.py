@@ -91,10 +91,14 @@ class Job:
         self.name, self.progress = name or loaded.name + be.default_tag(options), progress
 
     def run(self) -> dict[str, Any]:
+        from vitexport.core import writer
         from vitexport.export.staging import check_replaceable, ensure_folder, publish, staging
 
         be, timings = self.be, {}
         final = self.out / f"{self.name}{be.suffix}"
+        inputs = [p for p in (self.loaded.spec.weights, self.images) if p]
+        for path in (final, sidecar.path_for(final)):  # the run's own inputs stay, even with --force
+            writer.check_target(path, inputs=inputs, force=True)
         if not self.force:  # before any work; publishing checks every file again under its lock
             check_replaceable(self.out, [final.name, sidecar.path_for(final).name])
         upstream = self._upstream() if be.builds_from else None

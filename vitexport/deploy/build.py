@@ -49,6 +49,7 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
     if clash:
         raise UsageError(f"{path.name}: a package cannot hold {', '.join(sorted(clash))} beside its own files")
     out = prepare_out_dir(folder.parent)
+    writer.check_target(folder, inputs=[p for p in (images, path) if p], force=True)  # even with --force
     if not force:
         refuse_foreign(folder)
     tol = be.tolerance(record.precision)

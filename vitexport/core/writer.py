@@ -117,7 +117,7 @@ def write_together(files: dict[Path, Content], *, ours: Ours = nothing_is_ours, 
     try:
         for path, content in zip(paths, files.values()):
             temps.append(temporary(path))
-            fill(temps[-1], content)
+            fill(temps[-1], content, shown=path)
         for tmp, path in zip(temps, paths):
             try:
                 os.replace(tmp, path)
@@ -133,16 +133,18 @@ def write_together(files: dict[Path, Content], *, ours: Ours = nothing_is_ours, 
 def temporary(path: Path) -> Path:
     """A fresh, empty file beside `path`, named so that a later run removes it if this one is killed."""
     try:
-        fd, name = tempfile.mkstemp(prefix=f"{PREFIX}{os.getpid()}-", suffix=f"-{path.name}"[:80], dir=path.parent)
+        # The name's end kept: writers that choose the format by suffix (a PNG plot) still see it.
+        fd, name = tempfile.mkstemp(prefix=f"{PREFIX}{os.getpid()}-", suffix=f"-{path.name}"[-80:], dir=path.parent)
     except OSError as e:
         raise WriteError(f"cannot write {path}: {e.strerror or e}") from None
     os.close(fd)
     return Path(name)
 
 
-def fill(path: Path, content: Content) -> Path:
+def fill(path: Path, content: Content, shown: Path | None = None) -> Path:
     """Write `content` to `path` (a temporary file, or a file in a staging folder that is published
-    whole), flushed to disk, with ordinary permissions; WriteError naming it on a disk error."""
+    whole), flushed to disk, with ordinary permissions; WriteError naming it (or `shown`, the final
+    path a temporary file stands for) on a disk error."""
     path = Path(path)
     try:
         if callable(content):
@@ -156,8 +158,7 @@ def fill(path: Path, content: Content) -> Path:
         ordinary_permissions(path)
     except OSError as e:
         path.unlink(missing_ok=True)
-        raise WriteError(f"cannot write {path.name if path.name.startswith(PREFIX) else path}: "
-                         f"{e.strerror or e}") from None
+        raise WriteError(f"cannot write {shown or path}: {e.strerror or e}") from None
     return path
 
 

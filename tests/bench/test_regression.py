@@ -512,3 +512,15 @@ def test_load_parity_baseline_refuses_what_is_not_one(tmp_path):
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(UsageError, match="is not a vitexport verify or export"):
         parity_gate.load_parity_baseline(tmp_path / "list.json")
+
+
+def test_a_bench_that_times_nothing_replaces_no_earlier_report(monkeypatch, tmp_path):
+    fake = install(monkeypatch)
+    assert bench_cli(tmp_path, "first").exit_code == 0
+    written = [*sorted((tmp_path / "first").glob("bench-*")), tmp_path / "first.json"]
+    before = {p: p.read_bytes() for p in written}
+    fake.fail_open = lambda job: {"reason": "cannot load", "kind": "failed"}
+    result = bench_cli(tmp_path, "first")
+    assert result.exit_code == 1 and "nothing could be timed" in result.stderr, result.stderr
+    assert {p: p.read_bytes() for p in written} == before  # the report set and --json PATH, untouched
+    assert "reports: none written" in result.stdout

@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 from vitexport.core.errors import OutputError, UsageError
-from vitexport.core.writer import PREFIX, ordinary_permissions  # staging folders and the writer's temporaries share PREFIX
+# Staging folders and the writer's temporary files share PREFIX, so one sweep removes what dead runs left.
+from vitexport.core.writer import PREFIX, ordinary_permissions
 
 
 def prepare_out_dir(out_dir: str | Path) -> Path:

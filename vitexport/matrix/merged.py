@@ -69,7 +69,8 @@ def write(matrix: "Matrix", where: str) -> dict[str, Any]:
     merged["files"] = {ext: str(p) for ext, p in files.items()}
     writer.write_together({  # the JSON, which says the files are ours, last
         files["csv"]: csv_text(merged), files["md"]: markdown_text(merged),
-        files["png"]: lambda tmp: write_plot(labelled(merged), tmp), files["html"]: html_text(merged, files["json"].name),
+        files["png"]: lambda tmp: write_plot(labelled(merged), tmp),
+        files["html"]: html_text(merged, files["json"].name),
         files["json"]: json_text(merged)}, ours=lambda _: _is_ours(files["json"]), inputs=[plan.path])
     return json.loads(json_text(merged))  # as written: NaN and infinities as null
 

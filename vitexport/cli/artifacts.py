@@ -9,14 +9,26 @@ from typing import Annotated, Optional
 
 import typer
 
-from vitexport.cli.options import AtolOpt, DropOpt, ImagesOpt, JsonOpt, PickleOpt, QuietOpt, RtolOpt, Top1Opt, TrustOpt
+from vitexport.cli.options import (
+    INPUT,
+    AtolOpt,
+    DropOpt,
+    ImagesOpt,
+    JsonOpt,
+    Output,
+    PickleOpt,
+    QuietOpt,
+    RtolOpt,
+    Top1Opt,
+    TrustOpt,
+)
 from vitexport.cli.running import handle_errors, progress_for, stdout_to_stderr
 from vitexport.core.errors import RegressionError, UsageError
 
 
 @handle_errors
 def verify(artifact: Annotated[Optional[Path], typer.Argument(
-               help="An artifact written by vitexport (its sidecar beside it).")] = None,
+               help="An artifact written by vitexport (its sidecar beside it)."), INPUT] = None,
            as_json: JsonOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, images: ImagesOpt = None,
            max_batch: Annotated[Optional[int], typer.Option(
                help="Largest batch checked when the batch is dynamic (default: as exported).")] = None,
@@ -28,17 +40,18 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
            min_top1_agreement: Top1Opt = None, max_accuracy_drop: DropOpt = None,
            baseline: Annotated[Optional[Path], typer.Option(
                help="An earlier `verify --json` or export `--json` output: exit 5 when a parity number got worse "
-                    "beyond the margin.")] = None,
+                    "beyond the margin."), INPUT] = None,
            max_error_growth: Annotated[Optional[float], typer.Option(
                help="With --baseline: how many times the baseline's max/mean abs error (and cosine distance) "
                     "is still accepted (default 2).")] = None,
            quiet: QuietOpt = False,
            device_report: Annotated[Optional[Path], typer.Option(
                "--device-report", help="Judge this device-report.json, written by a package's check on the device, "
-                                       "against the package's golden outputs (instead of an ARTIFACT).")] = None,
+                                       "against the package's golden outputs (instead of an ARTIFACT)."),
+               INPUT] = None,
            package_dir: Annotated[Optional[Path], typer.Option(
                "--package", help="With --device-report: the package the check ran from (default: the report's "
-                                 "folder).")] = None,
+                                 "folder)."), INPUT] = None,
            ) -> None:
     """Re-check an existing artifact against the model recorded in its sidecar, or judge a device report."""
     from vitexport import api
@@ -76,15 +89,17 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
 
 
 @handle_errors
-def package(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it).")],
+def package(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it)."),
+                                INPUT],
             target: Annotated[str, typer.Option(
                 "--target", "-t", help="Where it goes: linux, jetson, macos (a Python check), ios (an XCTest) or "
                                        "android (an instrumented test).")],
             images: Annotated[Optional[Path], typer.Option(
                 "--images", help="Also carry these images, preprocessed as the check must, among the golden "
-                                 "inputs.")] = None,
+                                 "inputs."), INPUT] = None,
             out: Annotated[Optional[Path], typer.Option(
-                "--out", "-o", help="Folder the package folder goes into (default: the artifact's).")] = None,
+                "--out", "-o", help="Folder the package folder goes into (default: the artifact's)."),
+                Output("folder")] = None,
             as_json: JsonOpt = False, trust_code: TrustOpt = False, allow_pickle: PickleOpt = False,
             force: Annotated[bool, typer.Option(
                 "--force", help="Replace a folder of the package's name that vitexport did not write.")] = False,

@@ -9,17 +9,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from vitexport.cli.options import JsonOpt
+from vitexport.cli.options import INPUT, JsonOpt, Output
 from vitexport.cli.running import handle_errors
 
 
 @handle_errors
 def report(reports: Annotated[list[Path], typer.Argument(
                help="Report JSON files: one bench, compare or matrix report, or several bench reports of one "
-                    "machine (a history).")],
+                    "machine (a history)."), INPUT],
            out: Annotated[Optional[Path], typer.Option(
                "--out", "-o", help="The page to write (default: beside the first report, REPORT.html; for several, "
-                                   "REPORT-history.html).")] = None,
+                                   "REPORT-history.html)."), Output("file")] = None,
            as_json: JsonOpt = False) -> None:
     """Render a self-contained HTML page (sortable tables, latency vs cosine charts, history) from reports."""
     from vitexport.report.html import page_from_files

@@ -27,6 +27,24 @@ def test_the_summary_keeps_every_round_and_sums_them_up():
     assert conditions.describe(None) == ""
 
 
+def test_the_conditions_of_several_runs_add_up_to_one_summary():
+    """A matrix times each cell in a run of its own: its device's report sums them up."""
+    reference = {"what": "numpy float32 matmul 256³ on 2 threads", "flop": 2 * 256 ** 3}
+    quiet = conditions.summary([{"reference_ms": 0.2, "steal": 0.0, "clock_ghz": 2.6, "seconds": 1.0}] * 3, 2, reference)
+    busy = conditions.summary([{"reference_ms": r, "steal": 0.2, "clock_ghz": 2.4, "seconds": 1.0}
+                               for r in (0.2, 0.5)], 2, reference)
+    c = conditions.combine([quiet, None, busy])  # a timing taken from an older cache kept none
+    assert c["runs"] == 2 and c["rounds"] == 5 and c["seconds"] == pytest.approx(5.0)
+    assert c["disturbed_rounds"] == 1 and c["phase_changes"] == 1
+    assert c["steal"] == {"mean": pytest.approx(0.08), "max": 0.2}
+    assert c["clock_ghz"]["min"] == 2.4 and c["clock_ghz"]["max"] == 2.6
+    assert c["reference_kernel"]["ms"]["max"] == 0.5
+    text = conditions.describe(c)
+    assert text.startswith("threads 2; 5 rounds of 2 runs in 5 s; steal 8.0% (max 20% in a round)")
+    assert text.endswith("1 phase change, 1 of 5 rounds disturbed")
+    assert conditions.combine([None, None]) is None
+
+
 def test_a_round_reads_steal_and_the_clock():
     state = conditions.RoundClock().finish(0.2)
     assert state["reference_ms"] == 0.2 and state["seconds"] >= 0

@@ -103,6 +103,11 @@ def test_every_cell_passes_and_is_timed(first):
         assert Path(merged["files"][ext]).is_file()
     assert len(csv_records(merged)) == 4
     assert len(load(out / "reports" / "local.json")["results"]) == 4  # `vitexport compare` reads it
+    # The conditions of the device's four timing runs, in its report and in the matrix's JSON.
+    (source,) = merged["sources"]
+    assert source["conditions"] == load(out / "reports" / "local.json")["conditions"]
+    assert source["conditions"]["runs"] == 4 and 0 <= source["conditions"]["disturbed_rounds"] <= \
+        source["conditions"]["rounds"]
     assert "Fastest verified artifact" in Path(merged["files"]["md"]).read_text()
 
 

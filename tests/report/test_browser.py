@@ -5,6 +5,11 @@ per timed cell, and a screenshot is taken. Every kind of page, drawn from report
 holds a script (tests/report/hostile.py), shows the scripts as text: none runs, adds an element or
 fetches.
 
+The page reads right at a glance: a verified artifact a hair from PyTorch and PyTorch itself get
+y tick labels that differ, PyTorch is never on the Pareto front, every point is named, the matrix
+page says how disturbed the machine was while it timed, and no kind of page scrolls sideways in a
+window 1,400 px wide.
+
 Where no browser is installed these tests skip and say why; `.ci/run` installs one and sets
 VITEXPORT_REQUIRE_BROWSER, so that there a missing browser fails instead of skipping.
 """
@@ -19,7 +24,8 @@ from pathlib import Path
 
 import pytest
 import hostile
-from test_html import write_reports
+from test_html import checked, write_reports
+from test_report import make_report, result
 from typer.testing import CliRunner
 
 from vitexport.bench.stored import load as read_report
@@ -52,6 +58,9 @@ options = {{ dynamic_batch = true }}
 """
 
 
+WIDTH = 1400  # the window every page must fit without scrolling sideways
+
+
 def why_no_browser() -> str | None:
     try:
         import selenium  # noqa: F401
@@ -75,7 +84,7 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1800"):
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", f"--window-size={WIDTH},1800"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
@@ -277,3 +286,112 @@ def test_no_report_field_runs_as_markup_on_any_page(browser, matrix_page, tmp_pa
     shown = {int(n) for n in re.findall(rf"{hostile.MARK} (\d+)!", found["text"])}
     assert shown and shown <= set(kept.values())
     print(f"{kind}: {len(shown)} payloads shown as text")
+
+
+# ------------------------------------------------------------------------------- read at a glance
+
+def y_ticks(chart) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [t.text for t in chart.find_elements(By.CSS_SELECTOR, 'text.tick[text-anchor="end"]')]
+
+
+def point_names(chart) -> dict[str, str]:
+    """Each point's key and what hovering it says (its `<title>`)."""
+    from selenium.webdriver.common.by import By
+
+    return {g.get_attribute("data-key"): g.find_element(By.TAG_NAME, "title").get_attribute("textContent")
+            for g in chart.find_elements(By.CSS_SELECTOR, "g.point")}
+
+
+@pytest.fixture
+def hair_from_pytorch(tmp_path) -> Path:
+    """The page of a bench run where ONNX Runtime fp32 agrees with PyTorch to the 13th digit."""
+    reason = "CUDAExecutionProvider is not available here: " + "no CUDA-capable device is detected; " * 8
+    report = make_report([checked(result("torch", 1, 30.0), "reference"),
+                          checked(result("onnxruntime", 1, 12.0), "verified", 0.99999999999967),
+                          result("onnxruntime-cuda", 1, 0, False, reason=reason)])
+    (tmp_path / "bench.json").write_text(json.dumps(report))
+    r = CliRunner().invoke(app, ["report", str(tmp_path / "bench.json")])
+    assert r.exit_code == 0, r.stderr
+    return tmp_path / "bench.html"
+
+
+def test_a_hair_from_pytorch_gets_ticks_that_differ_and_pytorch_is_not_on_the_front(browser, hair_from_pytorch):
+    from selenium.webdriver.common.by import By
+
+    load(browser, hair_from_pytorch)
+    chart = browser.find_element(By.CSS_SELECTOR, 'figure[data-metric="cosine"] svg')
+    ticks = y_ticks(chart)
+    assert len(ticks) >= 2 and len(set(ticks)) == len(ticks), ticks
+    front = {g.find_element(By.TAG_NAME, "title").get_attribute("textContent").split(":")[0]:
+             g.get_attribute("data-front") for g in chart.find_elements(By.CSS_SELECTOR, "g.point")}
+    assert front == {"1. torch fp32": "false", "2. onnxruntime fp32": "true"}
+    assert browser.execute_script(SIDEWAYS) == []  # a long reason why a row could not run wraps
+
+
+@pytest.mark.parametrize("which", ["bench", "matrix"])
+def test_every_point_is_named_beside_the_chart(browser, matrix_page, hair_from_pytorch, which):
+    from selenium.webdriver.common.by import By
+
+    load(browser, hair_from_pytorch if which == "bench" else matrix_page[0])
+    charts = browser.find_elements(By.CSS_SELECTOR, "figure.scatter svg")
+    assert charts
+    for chart in charts:
+        legend = {g.get_attribute("data-key"): g.text for g in chart.find_elements(By.CSS_SELECTOR, "g.legend")}
+        for key, words in point_names(chart).items():
+            name = words.split(":")[0]  # "2. tiny-depth1 onnx int8"
+            assert legend.get(key, "").startswith(name), (key, name, legend)
+
+
+def test_the_matrix_page_and_its_json_say_how_disturbed_the_machine_was(browser, matrix_page):
+    from selenium.webdriver.common.by import By
+
+    path, merged = matrix_page
+    runs = sum(1 for c in merged["matrix"]["cells"] for t in c["timings"] if t["rows"])
+    (source,) = merged["sources"]
+    conditions = source["conditions"]
+    assert conditions["runs"] == runs and 0 <= conditions["disturbed_rounds"] <= conditions["rounds"]
+    load(browser, path)
+    names = [dt.text for dt in browser.find_elements(By.CSS_SELECTOR, "header dt")]
+    assert "Conditions" in names
+    said = browser.find_element(By.XPATH, '//header//dt[.="Conditions"]/following-sibling::dd[1]').text
+    assert said.startswith(f"{source['label']}: threads") and \
+        f"{conditions['disturbed_rounds']} of {conditions['rounds']} rounds disturbed" in said
+
+
+def test_the_cells_table_says_which_batch_each_p50_is_for(browser, matrix_page):
+    from selenium.webdriver.common.by import By
+
+    path, merged = matrix_page
+    load(browser, path)
+    table = browser.find_element(By.CSS_SELECTOR, "table.cells")
+    heads = [th.text for th in table.find_elements(By.CSS_SELECTOR, "thead th")]
+    column = next(i for i, h in enumerate(heads) if h.startswith("p50"))
+    for c in merged["matrix"]["cells"]:
+        p50s = [r for t in c["timings"] for r in t["rows"] if r["available"]]
+        text = browser.find_element(By.ID, f"cell-{c['id']}").find_elements(By.TAG_NAME, "td")[column].text
+        assert [f"{r['p50_ms']:.3f} (batch {r['batch_size']})" for r in p50s] == \
+            [part for part in text.replace("\n", " ").split(", ") if part], text
+
+
+# Whether anything on the page is wider than its place: the page itself, or a table in its frame.
+SIDEWAYS = """
+var wide = [];
+if (document.documentElement.scrollWidth > document.documentElement.clientWidth) { wide.push("page"); }
+document.querySelectorAll("div.scroll").forEach(function (d) {
+  if (d.scrollWidth > d.clientWidth) { wide.push(d.querySelector("table").className + " " + d.scrollWidth); }
+});
+return wide;
+"""
+
+
+@pytest.mark.parametrize("kind", page.KINDS)
+def test_no_kind_of_page_scrolls_sideways_at_1400_px(browser, matrix_page, tmp_path, kind):
+    reports = real_reports(Path(matrix_page[1]["files"]["json"]), tmp_path / "real")[kind]
+    paths = hostile.write(reports, tmp_path / "reports")
+    r = CliRunner().invoke(app, ["report", *map(str, paths), "--out", str(tmp_path / "page.html")])
+    assert r.exit_code == 0, r.stderr
+    load(browser, tmp_path / "page.html")
+    assert browser.execute_script("return window.innerWidth") == WIDTH
+    assert browser.execute_script(SIDEWAYS) == []

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from vitexport.bench.stored import load
 from vitexport.cli.app import app
 from vitexport.core import writer
-from vitexport.report import html, page
+from vitexport.report import html, page, svg
 from vitexport.report.files import write_all, write_json
 from vitexport.report.page import FAILED, REFERENCE, UNVERIFIED, VERIFIED, Point
 
@@ -104,7 +104,32 @@ def test_the_pareto_front_holds_only_verified_points_that_nothing_beats():
               Point("d", "d", 1.0, 1.0, FAILED), Point("e", "e", 2.0, 1.0, UNVERIFIED),
               Point("f", "f", 30.0, 1.0, REFERENCE)]
     page.mark_front(points)
-    assert [p.key for p in points if p.front] == ["a", "b", "f"]
+    assert [p.key for p in points if p.front] == ["a", "b"]  # PyTorch (f) is the yardstick, not a candidate
+
+
+def test_the_closeness_axis_tells_a_hair_from_exact_agreement():
+    points = [Point("t", "torch fp32", 30.0, 1.0, REFERENCE), Point("o", "onnxruntime fp32", 12.0, 0.99999999999967, VERIFIED)]
+    page.mark_front(points)
+    chart = svg.scatter(points, "cosine", "title")
+    labels = [t.text for t in chart.frame.y_ticks]
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+    torch, ort = chart.marks
+    assert torch.y < ort.y and not torch.front and ort.front  # exact agreement at the top, on the floor
+    assert "1e-14" in chart.note and "1e-14" in labels  # a decade below the closest artifact
+    assert [e.text for e in chart.legend] == ["1. torch fp32 (reference)", "2. onnxruntime fp32"]
+    assert page.cosine_words(0.99999999999967) == "1 − 3.3e-13" and page.cosine_words(1.0) == "1 (exact)"
+
+
+def test_accuracy_ticks_get_the_digits_that_tell_them_apart():
+    points = [Point("a", "a", 10.0, 0.9, VERIFIED), Point("b", "b", 12.0, 0.9000001, VERIFIED)]
+    labels = [t.text for t in svg.scatter(points, "accuracy", "title").frame.y_ticks]
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+
+
+def test_each_p50_of_a_cell_names_its_batch():
+    text = html.render([("matrix.json", matrix_report(2, batches=(1, 8)))])
+    row = re.search(r'<tr id="cell-c1".*?</tr>', text, re.S).group(0)
+    assert "7.000 (batch 1), 14.000 (batch 8)" in row
 
 
 def test_history_orders_reports_by_when_they_were_measured():

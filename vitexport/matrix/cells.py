@@ -82,7 +82,8 @@ def timing_cell(job: dict) -> dict:
     machine = {k: report.get(k) for k in ("fingerprint", "settings", "roofline", "roofline_int8", "roofline_cuda")}
     status = "timed" if not missing else "error" if any(r.get("failed") for r in missing) else "unavailable"
     return {"status": status, "reason": missing[0].get("reason") if missing else None,
-            "rows": rows, "machine": machine, "seconds": time.perf_counter() - t0}
+            "rows": rows, "machine": machine, "conditions": report.get("conditions"),
+            "seconds": time.perf_counter() - t0}
 
 
 def options_from(be, values: dict) -> Any:

@@ -76,10 +76,14 @@ def write(matrix: "Matrix", where: str) -> dict[str, Any]:
 
 
 def per_device(matrix: "Matrix") -> dict[str, dict]:
-    """One bench report per device that timed something: its rows, machine and settings."""
+    """One bench report per device that timed something: its rows, machine and settings, and the
+    conditions of all its timing runs together (the merged report's `sources` carry them, so the
+    matrix's JSON and page say how disturbed the machine was while it timed)."""
+    from vitexport.bench.conditions import combine
     from vitexport.bench.stored import SCHEMA
 
     out: dict[str, dict] = {}
+    conditions: dict[str, list] = {}
     for cell in matrix.cells:
         for t in cell.timings:
             rec = t.record or {}
@@ -95,9 +99,12 @@ def per_device(matrix: "Matrix") -> dict[str, dict]:
                 for extra in ("roofline_int8", "roofline_cuda"):
                     if machine.get(extra):
                         rep[extra] = machine[extra]
+            conditions.setdefault(cell.device, []).append(rec.get("conditions"))
             for row in rec["rows"]:
                 rep["results"].append({**row, "model": cell.export.model.label, "target": cell.export.target.label,
                                        "cell": cell.id, "node": rec.get("node"), "cached": t.cached})
+    for device, rep in out.items():
+        rep["conditions"] = combine(conditions[device])
     return out
 
 

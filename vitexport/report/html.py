@@ -51,12 +51,8 @@ class Line:
 
 
 def _machines(report: dict) -> list[Line]:
-    from vitexport.bench.conditions import describe
-
     if report.get("sources"):
-        return [Line(machine_line(s.get("fingerprint") or {}, s.get("settings"))
-                     + (f"; conditions: {describe(s.get('conditions'))}" if s.get("conditions") else ""),
-                     bold=_text(s["label"]))
+        return [Line(machine_line(s.get("fingerprint") or {}, s.get("settings")), bold=_text(s["label"]))
                 for s in report["sources"]]
     if report.get("fingerprint"):
         return [Line(machine_line(report["fingerprint"], report.get("settings")),
@@ -64,14 +60,23 @@ def _machines(report: dict) -> list[Line]:
     return []
 
 
-def header(title: str, report: dict, extra: Iterable[str] = ()) -> dict[str, Any]:
-    """The page's title and its header's items: (name, lines), each name with at least one line."""
+def _conditions(report: dict) -> list[Line]:
+    """The state of each machine while it timed (steal, disturbed rounds, the reference kernel's
+    drift), on every page with timings: a number means little without it. A machine whose report
+    kept none says so."""
     from vitexport.bench.conditions import describe
 
-    items = [("Machines", _machines(report))]
-    if report.get("conditions"):
-        items.append(("Conditions", [Line(describe(report["conditions"]) + ": the numbers hold for a machine in "
-                                          "this state (steal, reference-kernel drift).")]))
+    if not any(r.get("available") for r in report.get("results", [])):
+        return []
+    missing = "not recorded (the report keeps no conditions)"
+    if report.get("sources"):
+        return [Line(describe(s.get("conditions")) or missing, bold=_text(s["label"])) for s in report["sources"]]
+    return [Line(describe(report.get("conditions")) or missing, bold=_text(machine_label(report) or "this machine"))]
+
+
+def header(title: str, report: dict, extra: Iterable[str] = ()) -> dict[str, Any]:
+    """The page's title and its header's items: (name, lines), each name with at least one line."""
+    items = [("Machines", _machines(report)), ("Conditions", _conditions(report))]
     if settings_line(report.get("settings") or {}):
         items.append(("Timing", [Line(settings_line(report["settings"]))]))
     items.append(("Notes", [Line(_text(w)) for w in report.get("warnings", [])] + [Line(e) for e in extra]))
@@ -119,23 +124,32 @@ def _gate(row: dict) -> str:
     return f"{verdict}: {vs['change']:+.1%}{interval}"
 
 
+# The rows table's own columns; every other column of the report is folded into one "details" cell,
+# so that the page fits a 1,400 px window without scrolling sideways.
+MAIN_COLUMNS = ("p50", "throughput")
+
+
 def rows_table(report: dict, group: page.Group, cell_dicts: dict[str, dict]) -> Table:
     columns: list[Column] = shown(report, "markdown")
+    main = [i for i, c in enumerate(columns) if c.key in MAIN_COLUMNS]
+    folded = [i for i, c in enumerate(columns) if c.key not in MAIN_COLUMNS]
     gate = any(r.get("vs_baseline") for r in report.get("results", []))
     # The artifact first (model, target or backend, precision): in a matrix, several models share a
     # device and a backend, and only this tells their rows apart.
-    head = ["artifact"] + [c.markdown for c in columns[:1]] + ["check", "cosine"] + [c.markdown for c in columns[1:]]
-    head += ["gate"] if gate else []
+    head = ["artifact", "check", "cosine"] + [columns[i].markdown for i in main] + (["gate"] if gate else [])
+    head += ["details"]
     table = Table("rows", f"{group.device}, batch {group.batch}: every row, the fastest verified artifact first", head)
     for r in group.rows:
         check = page.row_check(r, cell_dicts)
         texts = cells(r, columns)
         raw = [c.value(r) if (r.get("available") or c.always) else None for c in columns]
-        tds = [(page.row_name(r), page.row_name(r)), (texts[0], raw[0]), (check["status"], check["status"]),
-               ("" if check["cosine"] is None else f"{check['cosine']:.6f}", check["cosine"])]
-        tds += list(zip(texts[1:], raw[1:]))
+        tds = [(page.row_name(r), page.row_name(r)), (check["status"], check["status"]),
+               ("" if check["cosine"] is None else page.cosine_words(check["cosine"]), check["cosine"])]
+        tds += [(texts[i], raw[i]) for i in main]
         if gate:
             tds.append((_gate(r), (r.get("vs_baseline") or {}).get("change")))
+        details = "; ".join(f"{columns[i].markdown}: {texts[i]}" for i in folded if texts[i])
+        tds.append((details, details))
         table.rows.append(_row(tds, backend=_text(r.get("target") or r.get("backend")),
                                precision=_text(r.get("precision")), status=_row_status(r, check),
                                fastest=any(r is f for f in group.fastest)))
@@ -164,7 +178,7 @@ def _figure(group: page.Group, metric: str) -> Figure:
     points = group.charts[metric]
     y_label = "cosine to PyTorch" if metric == "cosine" else "top-1 accuracy on the labelled images"
     title = f"{group.device}, batch {group.batch}: p50 latency vs {y_label}"
-    return Figure(metric, title, svg.scatter(points, y_label, title), points,
+    return Figure(metric, title, svg.scatter(points, metric, title), points,
                   [p.label for p in points if p.value is None])
 
 
@@ -181,25 +195,32 @@ def groups_section(report: dict, heading: str = "Per device and batch size") -> 
 
 def cells_section(matrix: dict) -> dict[str, Any]:
     """Every cell of a matrix: its status and reason in the terminal's words, and its parity."""
-    head = ["model", "target", "bench", "device", "status", "reason", "max abs error", "cosine", "top-1 agreement",
-            "atol / rtol", "images", "accuracy drop", "p50 ms"]
+    head = ["model", "target", "device", "status", "reason", "max abs error", "cosine", "p50 ms by batch", "details"]
     table = Table("cells", "Every cell of the matrix", head)
     for c in matrix["cells"]:
         p, im = c.get("parity") or {}, c.get("images") or {}
-        p50s = [r["p50_ms"] for t in c["timings"] for r in t["rows"] if r.get("available") and r.get("p50_ms")]
-        vals = [(c["model"], None), (c["target"], None), (c["bench_target"], None), (c["device"], None),
+        # Each p50 with its batch: "56.081 ms at batch 1" and "608.287 ms at batch 8" are not one kind of number.
+        p50s = [(r["p50_ms"], r.get("batch_size")) for t in c["timings"] for r in t["rows"]
+                if r.get("available") and r.get("p50_ms")]
+        cosine = _number(p.get("cosine_similarity"))
+        details = [("bench", c["bench_target"]), ("top-1 agreement", _num(p.get("top1_agreement"), ".3f")),
+                   ("atol / rtol", f"{_num(p.get('atol'), 'g')} / {_num(p.get('rtol'), 'g')}" if p else ""),
+                   ("images", _num(im.get("count"), "d")), ("accuracy drop", _num(im.get("accuracy_drop"), ".3f"))]
+        details_text = "; ".join(f"{name}: {text}" for name, text in details if text)
+        vals = [(c["model"], None), (c["target"], None), (c["device"], None),
                 (c["status"], None), (c.get("reason") or "", None),
                 (_num(p.get("max_abs_error"), ".3e"), p.get("max_abs_error")),
-                (_num(p.get("cosine_similarity"), ".6f"), p.get("cosine_similarity")),
-                (_num(p.get("top1_agreement"), ".3f"), p.get("top1_agreement")),
-                (f"{_num(p.get('atol'), 'g')} / {_num(p.get('rtol'), 'g')}" if p else "", p.get("atol")),
-                (_num(im.get("count"), "d"), im.get("count")),
-                (_num(im.get("accuracy_drop"), ".3f"), im.get("accuracy_drop")),
-                (", ".join(f"{v:.3f}" for v in p50s), min(p50s) if p50s else None)]
+                ("" if cosine is None else page.cosine_words(cosine), cosine),
+                (", ".join(f"{v:.3f} (batch {b})" for v, b in p50s), min(v for v, _ in p50s) if p50s else None),
+                (details_text, None)]
         table.rows.append(_row(((t, v if v is not None else t) for t, v in vals), backend=_text(c["target"]),
                                precision=_text(c.get("precision")), status=_text(c["status"]), id=_text(c["id"])))
     counts = ", ".join(f"{n} {s}" for s, n in sorted(matrix["counts"].items()))
     return {"count": len(matrix["cells"]), "counts": counts, "exit_code": matrix["exit_code"], "table": table}
+
+
+def _number(value: Any) -> float | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _num(value: Any, spec: str) -> str:

@@ -68,6 +68,14 @@ def row_check(row: dict, cells: dict[str, dict] | None = None) -> dict[str, Any]
     return {"status": status, "cosine": cosine, "accuracy": _finite(brief.get("accuracy"))}
 
 
+def cosine_words(cosine: float) -> str:
+    """A cosine in as many digits as show how far from 1 it is: '0.999825', '1 − 3.3e-13', '1 (exact)'
+    (six decimals would print 0.99999999999967 as 1.000000, as if it were PyTorch itself)."""
+    if cosine == 1.0:
+        return "1 (exact)"
+    return f"1 − {1.0 - cosine:.2g}" if 0 < 1.0 - cosine < 1e-5 else f"{cosine:.6f}"
+
+
 def p50(row: dict) -> float | None:
     return _finite((row.get("latency_ms") or {}).get("p50")) if row.get("available") else None
 
@@ -140,9 +148,10 @@ def groups(report: dict) -> list[Group]:
 
 
 def mark_front(points: list[Point]) -> None:
-    """Mark the Pareto front of the verified points (and the PyTorch reference): no other such point
-    is both faster and at least as close (higher value), nor as fast and closer."""
-    eligible = [p for p in points if p.status in (VERIFIED, REFERENCE) and p.value is not None]
+    """Mark the Pareto front of the verified points: no other verified point is both faster and at
+    least as close (higher value), nor as fast and closer. PyTorch itself is the yardstick the others
+    are measured against, not a candidate to ship, so it is never on the front and never hides one."""
+    eligible = [p for p in points if p.status == VERIFIED and p.value is not None]
     for p in eligible:
         p.front = not any((q.latency < p.latency and q.value >= p.value) or
                           (q.latency <= p.latency and q.value > p.value) for q in eligible if q is not p)

@@ -4,8 +4,11 @@ network: latency vs cosine (or accuracy) with the Pareto front, and a row's p50 
 This module does the arithmetic (where each tick, point and line goes); templates/charts.svg draws
 it, escaping every label. Marks are told apart by shape as well as colour (filled circle verified,
 square the PyTorch reference, cross failed, hollow circle unverified, a ring on the front), every
-point carries a `<title>` that browsers show on hover, and a number that the table under the chart
-names.
+point carries a `<title>` that browsers show on hover, and a number that the legend beside the plot
+and the table under the chart name.
+
+Closeness to PyTorch is drawn as the distance 1 − cosine on a log scale, closest at the top: cosines
+of 0.99999999999967 and 1.0 differ in the thirteenth digit, which a linear cosine axis cannot show.
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from vitexport.report.page import FAILED, REFERENCE, UNVERIFIED, Point, Series
+from vitexport.report.page import FAILED, REFERENCE, UNVERIFIED, Point, Series, cosine_words
 
 W, H = 640, 300
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 16, 44
+LEGEND_W, LEGEND_ROW, LEGEND_CHARS = 290, 16, 44  # the legend beside a scatter: width, line height, label length
+# The distance 1 − cosine drawn for exact agreement: a decade below the closest artifact, and never
+# below what a float64 cosine can resolve.
+FLOOR = 1e-16
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,8 @@ class Box:
     right: int = RIGHT
     top: int = TOP
     bottom: int = BOTTOM
-
+    view_w: int = W  # the whole drawing, legend included
+    view_h: int = H
 
 
 def _nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
@@ -50,8 +58,14 @@ def _log_ticks(low: float, high: float) -> list[float]:
     return ticks or [low, high]
 
 
-def _fmt(value: float) -> str:
-    return f"{value:.6g}" if abs(value) < 1000 else f"{value:.0f}"
+def _labels(values: list[float]) -> list[str]:
+    """Tick labels in six significant digits, or as many more as tell every tick apart (ticks
+    0.9999999 and 1.0 are not both "1")."""
+    for digits in range(6, 17):
+        labels = [f"{v:.{digits}g}" if abs(v) < 1000 else f"{v:.0f}" for v in values]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [repr(v) for v in values]
 
 
 @dataclass
@@ -104,6 +118,8 @@ class Chart:
     marks: list[Mark]
     line: str = ""  # scatter: the front's staircase (path data); history: the trend (polyline points)
     box: Box = field(default_factory=Box)
+    legend: list[Entry] = field(default_factory=list)  # scatter: every drawn point by number and name
+    note: str = ""  # what the reader needs to read the axes (the floor of the distance axis)
 
 
 class Axes:
@@ -134,32 +150,91 @@ class Axes:
             return _log_ticks(10 ** self.x0, 10 ** self.x1)
         return [t for t in _nice_ticks(self.x0, self.x1) if t >= self.x0]
 
-    def frame(self, x_label: str, y_label: str, x_ticks: bool = True) -> Frame:
-        return Frame(x_ticks=[Tick(self.x(t), _fmt(t)) for t in (self.x_ticks() if x_ticks else ())],
-                     y_ticks=[Tick(self.y(t), _fmt(t)) for t in _nice_ticks(self.y0, self.y1, 4)],
+    def frame(self, x_label: str, y_label: str, x_ticks: bool = True, y_ticks: list[Tick] | None = None) -> Frame:
+        xs = self.x_ticks() if x_ticks else []
+        ys = _nice_ticks(self.y0, self.y1, 4)
+        return Frame(x_ticks=[Tick(self.x(t), text) for t, text in zip(xs, _labels(xs))],
+                     y_ticks=y_ticks if y_ticks is not None else
+                     [Tick(self.y(t), text) for t, text in zip(ys, _labels(ys))],
                      x_label=x_label + (" (log scale)" if self.log else ""), y_label=y_label)
 
 
-def scatter(points: list[Point], y_label: str, title: str) -> Chart:
-    """Latency (x) against `y_label` (y, higher is better) for the points that have a value; the
-    front's points are ringed and joined by a step line."""
+class Distance:
+    """The cosine chart's y axis: 1 − cosine on a log scale, the closest at the top. Exact agreement
+    (and anything closer than the floor) is drawn at the floor, which the chart's note names."""
+
+    def __init__(self, cosines: Iterable[float]):
+        gaps = [1.0 - c for c in cosines if c < 1.0]
+        self.floor = max(FLOOR, 10.0 ** (math.floor(math.log10(min(gaps))) - 1)) if gaps else FLOOR
+        low = math.log10(self.floor)
+        high = max([math.log10(g) for g in gaps] + [low + 1])
+        self.y0, self.y1 = low - 0.15, high + 0.15  # y0 at the top
+
+    def gap(self, cosine: float) -> float:
+        return max(1.0 - cosine, self.floor)
+
+    def y(self, cosine: float) -> float:
+        return TOP + (math.log10(self.gap(cosine)) - self.y0) / (self.y1 - self.y0) * (H - TOP - BOTTOM)
+
+    def ticks(self) -> list[Tick]:
+        """One tick per decade, or per few decades where many are spanned (at most six ticks)."""
+        first, last = math.ceil(self.y0), math.floor(self.y1)
+        step = max(1, math.ceil((last - first + 1) / 6))
+        return [Tick(TOP + (e - self.y0) / (self.y1 - self.y0) * (H - TOP - BOTTOM), f"1e{e}")
+                for e in range(first, last + 1, step)]
+
+
+@dataclass
+class Entry:
+    """One line of a scatter's legend: the point's mark, drawn small, and its number and name."""
+
+    mark: Mark
+    text: str
+
+
+def _legend(marks: list[Mark], labels: list[str]) -> list[Entry]:
+    entries = []
+    for i, (m, label) in enumerate(zip(marks, labels)):
+        text = f"{m.number}. {label}"
+        text = text if len(text) <= LEGEND_CHARS else text[:LEGEND_CHARS - 1] + "…"  # hovering gives it whole
+        at = Mark(x=W + 14, y=TOP + 8 + i * LEGEND_ROW, status=m.status, key=m.key, words=m.words,
+                  number=m.number, front=m.front)
+        entries.append(Entry(at, text + ("" if m.status == "verified" else f" ({m.status})")))
+    return entries
+
+
+def scatter(points: list[Point], metric: str, title: str) -> Chart:
+    """Latency (x) against closeness to PyTorch (`metric` "cosine": 1 − cosine on a log scale) or
+    top-1 accuracy (`metric` "accuracy"), better upwards, for the points that have a value; the
+    front's points are ringed and joined by a step line, and the legend names every point."""
     drawn = [p for p in points if p.value is not None]
     axes = Axes([p.latency for p in drawn], [p.value for p in drawn])
+    y, y_ticks, note = axes.y, None, ""
+    if metric == "cosine":
+        distance = Distance(p.value for p in drawn)
+        y, y_ticks = distance.y, distance.ticks()
+        y_label, words = "1 − cosine to PyTorch (log scale)", cosine_words
+        note = f"A cosine of exactly 1 (no difference from PyTorch) is drawn at the floor, 1 − cosine = {distance.floor:.0e}."
+    else:
+        y_label, words = "top-1 accuracy on the labelled images", lambda v: f"{v:.6g}"
     front = sorted((p for p in drawn if p.front), key=lambda p: p.latency)
     path = ""
     if len(front) > 1:
-        path = f"M{axes.x(front[0].latency):.1f} {axes.y(front[0].value):.1f}"
+        path = f"M{axes.x(front[0].latency):.1f} {y(front[0].value):.1f}"
         for p in front[1:]:  # a staircase: what is reachable at no more than each latency
-            path += f"H{axes.x(p.latency):.1f}V{axes.y(p.value):.1f}"
-    marks = [Mark(x=axes.x(p.latency), y=axes.y(p.value), status=p.status, key=p.key, number=n, front=p.front,
-                  words=(f"{n}. {p.label}: p50 {p.latency:.3g} ms, {y_label} {p.value:.6g}, {p.status}"
+            path += f"H{axes.x(p.latency):.1f}V{y(p.value):.1f}"
+    marks = [Mark(x=axes.x(p.latency), y=y(p.value), status=p.status, key=p.key, number=n, front=p.front,
+                  words=(f"{n}. {p.label}: p50 {p.latency:.3g} ms, {metric} {words(p.value)}, {p.status}"
                          + (", on the Pareto front" if p.front else "")))
              for n, p in enumerate(points, 1) if p.value is not None]
+    legend = _legend(marks, [p.label for p in drawn])
     on_front = ", ".join(p.label for p in front) or "none"
-    return Chart(title=title, frame=axes.frame("p50 latency, ms (lower is better)", f"{y_label} (higher is better)"),
-                 marks=marks, line=path if len(front) > 1 else "",
-                 description=f"{len(drawn)} timed artifacts; Pareto front of verified ones: {on_front}. "
-                             "The table below lists every point.")
+    box = Box(view_w=W + LEGEND_W, view_h=max(H, TOP + 8 + len(legend) * LEGEND_ROW))
+    return Chart(title=title, frame=axes.frame("p50 latency, ms (lower is better)", f"{y_label}, better upwards",
+                                               y_ticks=y_ticks),
+                 marks=marks, line=path if len(front) > 1 else "", box=box, legend=legend, note=note,
+                 description=f"{len(drawn)} timed artifacts; Pareto front of verified ones: {on_front}. {note} "
+                             "The legend names every point; the table below lists them.")
 
 
 def history_chart(series: Series, title: str) -> Chart:

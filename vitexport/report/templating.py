@@ -40,6 +40,8 @@ def _text(value: Any) -> Any:
 def environment():
     import jinja2
 
+    from vitexport.report.page import cosine_words
+
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(_source),
         autoescape=True,  # every template is HTML or SVG: no name decides whether text is escaped
@@ -49,6 +51,7 @@ def environment():
     )
     env.filters["fmt"] = format  # {{ value|fmt(".3f") }}: numbers as Python's format() writes them
     env.globals["asset"] = asset
+    env.globals["cosine"] = cosine_words  # a cosine in the digits that tell it from 1
     return env
 
 

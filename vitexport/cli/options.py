@@ -63,13 +63,16 @@ EXPORT_PARAMS = SOURCE_PARAMS + [
 
 def source_spec(config: Optional[str], model: Optional[str], weights: Optional[Path], allow_pickle: bool,
                 input_shape: Optional[str], overrides: Optional[list[str]], seed: int):
-    """The model the source options name: a preset (--config), any other source (--model), else tiny."""
+    """The model the source options name: a preset (--config) or any other source (--model). Neither is
+    bad input: quietly exporting a default model would hand the user an artifact they did not ask for."""
     from vitexport.models.presets import parse_overrides
     from vitexport.models.sources import SourceSpec, parse_input_shape
 
     if config and model:
         raise UsageError("give either --config or --model, not both")
-    spec = config or model or "tiny"
+    spec = config or model
+    if not spec:
+        raise UsageError("name the model: --config NAME (a preset; `vitexport configs` lists them) or --model SPEC")
     return SourceSpec(model=spec, overrides=parse_overrides(overrides or []), weights=str(weights) if weights else None,
                       allow_pickle=allow_pickle, input_shape=parse_input_shape(input_shape) if input_shape else None,
                       seed=seed)

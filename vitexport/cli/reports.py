@@ -11,6 +11,7 @@ import typer
 
 from vitexport.cli.options import JsonOpt
 from vitexport.cli.running import handle_errors
+from vitexport.core.words import count
 
 
 @handle_errors
@@ -28,5 +29,5 @@ def report(reports: Annotated[list[Path], typer.Argument(
     if as_json:
         print(json.dumps(result, indent=2))
         return
-    print(f"wrote {result['html']} ({result['kind']} page, {result['rows']} rows"
+    print(f"wrote {result['html']} ({result['kind']} page, {count(result['rows'], 'row')}"
          + (f", {result['series']} history series" if result["series"] else "") + ")")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from vitexport.core.words import milliseconds
+
 
 def escape(text: str) -> str:
     """Messages hold things like `vitexport[coreml]` that rich would read as markup."""
@@ -87,8 +89,9 @@ def export_result(result: dict[str, Any]) -> None:
     elif parity:
         print_table(console, parity_table(result))
         if any(c.get("max_abs_error") is not None and c.get("top1_agreement") is None for c in parity["checks"]):
+            advice = "" if parity.get("images") else "; --images checks real ones"
             console.print("top-1 n/d: not decisive (PyTorch's top-1 leads its runner-up by < 0.1 on these "
-                          "inputs); --images checks real ones", highlight=False, soft_wrap=True)
+                          f"inputs){advice}", highlight=False, soft_wrap=True)
         derived(console, result.get("info") or {})
         export_facts(console, result.get("info") or {})
         checks(console, parity)
@@ -113,7 +116,7 @@ def device_facts(console, result: dict[str, Any]) -> None:
     console.print(f"device: {escape(shown)}", highlight=False, soft_wrap=True)
     cases = (result.get("timings") or {}).get("cases")
     if isinstance(cases, dict) and cases:
-        parts = [f"{escape(str(name))} {t['p50_ms']:.3g} ms at batch {t.get('batch', '?')}"
+        parts = [f"{escape(str(name))} {milliseconds(t['p50_ms'])} at batch {t.get('batch', '?')}"
                  for name, t in cases.items() if isinstance(t, dict) and isinstance(t.get("p50_ms"), (int, float))]
         if parts:
             console.print("on-device p50 latency: " + "; ".join(parts), highlight=False, soft_wrap=True)

@@ -1,7 +1,9 @@
 """The HTML report in a real browser: the system's Chromium, headless, through Selenium. A page of a
 real matrix (with a failed cell) and a history page load without console errors; the tables have one
 row per cell, sorting and filtering change the order and the visible rows, each chart has one point
-per timed cell, and a screenshot is taken.
+per timed cell, and a screenshot is taken. Every kind of page, drawn from reports whose every field
+holds a script (tests/report/hostile.py), shows the scripts as text: none runs, adds an element or
+fetches.
 
 Where no browser is installed these tests skip and say why; `.ci/run` installs one and sets
 VITEXPORT_REQUIRE_BROWSER, so that there a missing browser fails instead of skipping.
@@ -11,14 +13,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+import hostile
 from test_html import write_reports
 from typer.testing import CliRunner
 
+from vitexport.bench.stored import load as read_report
 from vitexport.cli.app import app
+from vitexport.report import html, page
+from vitexport.report.merge import merge
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = f"""
@@ -180,3 +187,93 @@ def test_the_history_page_draws_each_row_over_time(browser, tmp_path):
     charts = browser.find_elements(By.CSS_SELECTOR, "figure.history svg")
     assert len(charts) == 3
     assert all(len(c.find_elements(By.CSS_SELECTOR, "g.point")) == 3 for c in charts)
+
+
+# Before any of the page's own scripts: record every fetch, request, window and element a script asks for.
+HOOKS = """
+(function () {
+  var seen = window.__seen = {fetch: [], xhr: [], open: [], created: []};
+  function watch(owner, name, list, argument) {
+    var original = owner[name];
+    owner[name] = function () {
+      seen[list].push(String(arguments[argument]));
+      return original.apply(this, arguments);
+    };
+  }
+  watch(window, "fetch", "fetch", 0);
+  watch(XMLHttpRequest.prototype, "open", "xhr", 1);
+  watch(window, "open", "open", 0);
+  watch(Document.prototype, "createElement", "created", 0);
+  watch(Document.prototype, "createElementNS", "created", 1);
+})();
+"""
+# What the page holds once loaded: its title, what scripts asked for, and every element or handler
+# that only a payload could have put there.
+INSPECT = """
+var all = Array.prototype.slice.call(document.querySelectorAll("*"));
+var handlers = [], strange = [];
+all.forEach(function (el) {
+  Array.prototype.forEach.call(el.attributes, function (a) {
+    if (/^on/i.test(a.name) && !(el.tagName === "FORM" && a.name === "onsubmit" && a.value === "return false")) {
+      handlers.push(el.tagName + " " + a.name);
+    }
+  });
+  if (/^(img|iframe|object|embed|link|pwned)/i.test(el.tagName) || el.hasAttribute("data-pwned")) {
+    strange.push(el.tagName);
+  }
+});
+var text = document.documentElement.textContent + all.map(function (el) {
+  return Array.prototype.map.call(el.attributes, function (a) { return a.value; }).join(" ");
+}).join(" ");
+return {title: document.title, seen: window.__seen, handlers: handlers, strange: strange,
+        scripts: document.scripts.length, heading: document.querySelector("h1").textContent, text: text};
+"""
+
+
+def real_reports(matrix_json: Path, folder: Path) -> dict[str, list[dict]]:
+    """The reports each kind of page is drawn from, all from one real matrix run: the merged matrix
+    report, its device's bench report, that bench report merged with a copy as if from another
+    machine (`vitexport compare`), and two copies of it (a history)."""
+    matrix = json.loads(matrix_json.read_text())
+    bench = json.loads(Path(matrix["merged_from"][0]).read_text())
+    folder.mkdir()
+    (folder / "here.json").write_text(json.dumps(bench))
+    (folder / "there.json").write_text(json.dumps({**bench, "label": "there"}))
+    compare = json.loads(json.dumps(merge([folder / "here.json", folder / "there.json"])))
+    return {"bench": [bench], "compare": [compare], "matrix": [matrix], "history": [bench, bench]}
+
+
+def draw(reports: list[dict], folder: Path) -> str:
+    """Read the reports as `vitexport report` does and render their page."""
+    return html.render([(str(p), read_report(p)) for p in hostile.write(reports, folder)])
+
+
+@pytest.mark.parametrize("kind", page.KINDS)
+def test_no_report_field_runs_as_markup_on_any_page(browser, matrix_page, tmp_path, kind):
+    reports = real_reports(Path(matrix_page[1]["files"]["json"]), tmp_path / "real")[kind]
+    assert page.kind(reports) == kind
+    strings = {where for where, value in hostile.fields(reports[0]) if isinstance(value, str)}
+    reports, kept = hostile.make_hostile(reports, lambda rs: draw(rs, tmp_path / "trial"))
+    print(f"{kind}: {len(kept)} fields hostile, {len(strings & kept.keys())} of {len(strings)} strings")
+    assert strings & kept.keys()
+    paths = hostile.write(reports, tmp_path / "hostile")
+    r = CliRunner().invoke(app, ["report", *map(str, paths), "--out", str(tmp_path / "page.html")])
+    assert r.exit_code == 0, r.stderr
+
+    hook = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": HOOKS})
+    try:
+        browser.get((tmp_path / "page.html").as_uri())
+        found = browser.execute_script(INSPECT)
+        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": hook["identifier"]})
+    assert not found["title"].startswith(hostile.MARK), found["title"]
+    assert found["seen"]["fetch"] == found["seen"]["xhr"] == found["seen"]["open"] == []
+    assert set(found["seen"]["created"]) <= {"option"}, found["seen"]["created"]  # the filters' lists
+    assert found["handlers"] == [] and found["strange"] == [] and found["scripts"] == 1
+    assert errors == [], errors  # no image tried to load, no script failed
+    # ...and the payloads are on the page, as text: the heading names the model or the plan.
+    assert hostile.MARK in found["heading"]
+    shown = {int(n) for n in re.findall(rf"{hostile.MARK} (\d+)!", found["text"])}
+    assert shown and shown <= set(kept.values())
+    print(f"{kind}: {len(shown)} payloads shown as text")

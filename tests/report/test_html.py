@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
+import hostile
 import pytest
 from test_report import make_report, result
 from typer.testing import CliRunner
@@ -248,3 +250,50 @@ def test_a_gate_verdict_is_shown_in_words_with_its_interval():
     row["vs_baseline"] = {"change": 0.08, "low": -0.01, "high": 0.17, "regressed": False, "threshold": 0.1,
                           "verdict": "inconclusive"}
     assert "inconclusive: +8.0% (-1.0%..+17.0%)" in html.render([("bench.json", make_report([row]))])
+
+
+# ------------------------------------------------------------------------------------------ hostile
+
+SAMPLES = {
+    "bench": lambda: [bench_report({"onnxruntime-fp32": 9.0, "openvino-int8": 5.0})],
+    "compare": lambda: [{**make_report([result("torch", 1, 10.0)]), "sources": [{"label": "a", "path": "a.json"}]}],
+    "matrix": lambda: [matrix_report(3)],
+    "history": lambda: [bench_report({"onnxruntime-fp32": 9.0}, "2026-11-01T00:00:00+00:00"),
+                        bench_report({"onnxruntime-fp32": 8.0}, "2026-11-02T00:00:00+00:00")],
+}
+
+
+class Elements(HTMLParser):
+    """Every element of a page, with its attributes, as the browser's parser would find them."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.found: list[tuple[str, dict]] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.found.append((tag, dict(attrs)))
+
+
+def test_every_kind_of_page_has_a_sample():
+    assert set(SAMPLES) == set(page.KINDS)
+    assert all(page.kind(make()) == kind for kind, make in SAMPLES.items())
+
+
+@pytest.mark.parametrize("kind", page.KINDS)
+def test_no_report_field_becomes_markup(kind, tmp_path):
+    """Without a browser: each field's payload stays text (tests/report/test_browser.py loads the pages)."""
+    def draw(reports):
+        paths = hostile.write(reports, tmp_path)
+        return html.render([(str(p), load(p)) for p in paths])
+
+    reports, kept = hostile.make_hostile(SAMPLES[kind](), draw)
+    assert kept
+    elements = Elements(draw(reports)).found
+    tags = [tag for tag, _ in elements]
+    assert not {"img", "iframe", "object", "embed", "link"} & set(tags) and tags.count("script") == 1
+    assert not [t for t in tags if t.startswith("pwned")]
+    handlers = [(tag, name) for tag, attrs in elements for name in attrs
+                if name.startswith("on") or name == "data-pwned"]
+    assert set(handlers) <= {("form", "onsubmit")}, handlers
+

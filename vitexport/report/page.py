@@ -26,6 +26,10 @@ def _finite(value: Any) -> float | None:
         and math.isfinite(value) else None
 
 
+# The kinds of page, each drawn from its own set of reports (tests render every one).
+KINDS = ("bench", "compare", "matrix", "history")
+
+
 def kind(reports: list[dict]) -> str:
     """'matrix', 'compare' (several machines in one report), 'history' (several reports of one
     machine) or 'bench'."""

@@ -78,8 +78,9 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
           rounds: Annotated[Optional[int], typer.Option(
               help="Short rounds the rows take turns in (default: bursts of about 0.25 s that fill --budget-s, "
                    "at least 8).")] = None,
-          trust_code: TrustOpt = False, out: OutOpt = Path("vitexport-out"),
-          json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the JSON report here.")] = None,
+          trust_code: TrustOpt = False, out: OutOpt = Path("vitexport-out"), as_json: JsonOpt = False,
+          json_path: Annotated[Optional[Path], typer.Option(
+              "--json-path", hidden=True, help="The older `--json PATH`: also write the JSON report here.")] = None,
           baseline: Annotated[Optional[list[Path]], typer.Option(
               help="Artifacts to measure in the same rounds and compare with (repeatable; the CI gate), or an "
                    "earlier bench JSON report of this machine: exit 5 when a row is slower beyond the margin.")] = None,
@@ -93,18 +94,21 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
           ) -> None:
     """Time each backend on identical inputs; print one table, write JSON, CSV, Markdown and a PNG plot."""
     from vitexport import api
-    from vitexport.report.files import write_json
+    from vitexport.report.files import json_safe, write_json
     from vitexport.report.terminal import bench_report
 
     def show(result: dict) -> None:
         if json_path:
             write_json(result, json_path)
-        bench_report(result)
+        if as_json:
+            print(json.dumps(json_safe(result), indent=2, default=str, allow_nan=False))
+        else:
+            bench_report(result)
 
     spec = source_spec(config, model, weights, allow_pickle, input_shape, overrides, seed) \
         if (config or model or not artifacts) else None
     try:
-        with progress_for(quiet) as progress:  # stdout is the table even with --json PATH: progress stays
+        with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
             result = api.bench(spec, backend or ["torch", "onnxruntime"], _batches(batch), artifacts=artifacts or [],
                                threads=threads, warmup_iters=warmup_iters, warmup_s=warmup_s, iters=iters,
                                budget_s=budget_s, seed=seed, out_dir=out, roofline=roofline, label=label,

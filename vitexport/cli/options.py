@@ -21,7 +21,7 @@ PickleOpt = Annotated[bool, typer.Option("--allow-pickle", help="Allow unpicklin
 ShapeOpt = Annotated[Optional[str], typer.Option("--input-shape", help="N,C,H,W (default: from preset/model).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a preset field, e.g. depth=2.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random init and check inputs.")]
-OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory.")]
+OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder the output goes into.")]
 NameOpt = Annotated[Optional[str], typer.Option(
     "--name", help="Artifact name without suffix (default: from the model and its --set overrides).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
@@ -37,10 +37,11 @@ DropOpt = Annotated[Optional[float], typer.Option(
 TrustOpt = Annotated[bool, typer.Option(
     "--trust-code", help="Allow importing the Python file or module a sidecar names to rebuild its model.")]
 ImagesOpt = Annotated[Optional[Path], typer.Option(
-    "--images", help="Also check on these images (labels from a numeric file-name prefix, e.g. 3_0001.png).")]
+    "--images", help="Images to check on, beside the seeded ones (labels from a numeric file-name prefix, e.g. "
+                    "3_0001.png).")]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (errors are still shown).")]
 ForceOpt = Annotated[bool, typer.Option(
-    "--force", help="Replace a file or folder of the artifact's name that vitexport did not write.")]
+    "--force", help="Replace a file or folder of the output's name that vitexport did not write.")]
 
 
 def command_param(name: str, annotation: Any, default: Any) -> inspect.Parameter:

@@ -19,7 +19,8 @@ def report(reports: Annotated[list[Path], typer.Argument(
                help="Report JSON files: one bench, compare or matrix report, or several bench reports of one "
                     "machine (a history).")],
            out: Annotated[Optional[Path], typer.Option(
-               "--out", "-o", help="The page to write (default: beside the first report, REPORT.html; for several, "
+               "--out", "-o", help="Folder the output goes into, or the page itself (PAGE.html; default: beside the "
+                                   "first report, REPORT.html; for several, "
                                    "REPORT-history.html).")] = None,
            as_json: JsonOpt = False) -> None:
     """Render a self-contained HTML page (sortable tables, latency vs cosine charts, history) from reports."""

@@ -11,18 +11,22 @@ from dataclasses import dataclass
 class OldSpelling:
     command: str
     flag: str  # the old flag, which took a value
-    takes: str  # the value's kind, as the notice names it
-    new: str  # the hidden flag that still takes the value
+    new: str  # the flag that takes the value now
     notice: str
+    json_path: bool = False  # the value is a .json path (bench's --json still is, alone, today's flag)
 
     def matches(self, value: str) -> bool:
-        return not value.startswith("-") and value.lower().endswith(".json")
+        return not value.startswith("-") and (not self.json_path or value.lower().endswith(".json"))
 
 
 OLD_SPELLINGS = (
-    OldSpelling("bench", "--json", "PATH", "--json-path",
+    OldSpelling("bench", "--json", "--json-path",
                 "`bench --json PATH` is now `bench --json`, which prints the report on stdout as every other "
-                "command does (bench also writes it into --out); PATH is written as before this time"),
+                "command does (bench also writes it into --out); PATH is written as before this time",
+                json_path=True),
+    OldSpelling("coreml", "--batch-sizes", "--batch", "`--batch-sizes` is now `--batch`, as in bench and optimize"),
+    OldSpelling("tensorrt", "--batch-buckets", "--batch", "`--batch-buckets` is now `--batch`, as in bench and "
+                                                          "optimize"),
 )
 
 

@@ -22,6 +22,9 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
                help="Largest batch checked when the batch is dynamic (default: as exported).")] = None,
            provider: Annotated[Optional[list[str]], typer.Option(
                help="ONNX Runtime provider(s) for an .onnx artifact, e.g. CUDAExecutionProvider.")] = None,
+           device: Annotated[Optional[str], typer.Option(
+               help="Where it runs: the OpenVINO device an IR is checked on (CPU, GPU, NPU), as when exporting "
+                    "it.")] = None,
            allow_fallback: Annotated[bool, typer.Option(
                help="Accept the provider a runtime falls back to when a requested one cannot start.")] = False,
            trust_code: TrustOpt = False, allow_pickle: PickleOpt = False,
@@ -49,7 +52,7 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
     if device_report is not None or package_dir is not None:
         if artifact is not None or device_report is None:
             raise UsageError("give either an ARTIFACT or --device-report FILE (with --package DIR), not both")
-        given = {"--images": images, "--max-batch": max_batch, "--provider": provider, "--baseline": baseline,
+        given = {"--images": images, "--max-batch": max_batch, "--provider": provider, "--device": device, "--baseline": baseline,
                  "--max-error-growth": max_error_growth, "--allow-fallback": allow_fallback or None,
                  "--trust-code": trust_code or None, "--allow-pickle": allow_pickle or None}
         ignored = [flag for flag, value in given.items() if value is not None]
@@ -66,7 +69,8 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
     if baseline and len(baseline) > 1:  # repeatable as bench's, but a verify compares with one earlier output
         raise UsageError("verify compares with one --baseline (an earlier --json output); give it once")
     baseline = baseline[0] if baseline else None
-    run = RunOptions(providers=tuple(provider), allow_fallback=allow_fallback) if provider else RunOptions()
+    providers = [*(provider or []), *([device] if device else [])]
+    run = RunOptions(providers=tuple(providers), allow_fallback=allow_fallback) if providers else RunOptions()
     try:
         with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
             result = api.verify(artifact, atol=atol, rtol=rtol, images=images, max_batch=max_batch, run=run,

@@ -78,7 +78,7 @@ def test_every_documented_command_parses_against_the_cli():
     assert wrong == [], "\n".join(wrong)
 
 
-QUICK = {"configs", "doctor", "onnx", "torchscript"}  # commands that run in seconds on a tiny model
+QUICK = {"configs", "onnx", "torchscript"}  # commands that run in seconds (doctor probes every backend: 10-30 s)
 
 
 def test_the_quick_documented_commands_run_as_written(tmp_path):
@@ -88,10 +88,10 @@ def test_the_quick_documented_commands_run_as_written(tmp_path):
     import sys
 
     quick = sorted({tuple(argv) for _, argv in documented_commands()
-                    if argv[0] in QUICK and (argv[0] in ("configs", "doctor") or "--config" in argv
+                    if argv[0] in QUICK and (argv[0] == "configs" or "--config" in argv
                                              and argv[argv.index("--config") + 1] == "tiny")
                     and not any(a.startswith(("--images", "--calibration")) for a in argv)})
-    assert len(quick) >= 3
+    assert len(quick) >= 2
     failed = []
     for argv in quick:
         run = subprocess.run([sys.executable, "-m", "vitexport", *argv, "--quiet"] if argv[0] in ("onnx", "torchscript")

@@ -57,7 +57,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
     from vitexport.bench.run import bench, check_settings
     from vitexport.report.files import write_all
     from vitexport.core.options import check_number
-    from vitexport.export.staging import prepare_out_dir
+    from vitexport.export.staging import check_replaceable, prepare_out_dir
     from vitexport.models.sources import load
 
     if target not in TARGETS:
@@ -78,6 +78,10 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
     out = prepare_out_dir(out_dir)
     loaded = load(spec)  # once: every candidate is built from it, and PyTorch's outputs are computed once
     stem = name or loaded.name + "-optimized"
+    # Before any candidate is built: every name the picks may be published under is free or vitexport's.
+    names = [stem, *(f"{stem}-b{b}" for b in batches[1:])]
+    check_replaceable(out, [f"{n}{suffix}{ext}" for suffix in {backends.get(b).suffix for b, _ in offered}
+                            for n in names for ext in ("", ".json")])
     work = out / "candidates"
     rows = []
     for backend, candidate in offered:

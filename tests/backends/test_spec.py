@@ -145,3 +145,18 @@ def test_a_new_backend_gets_its_cli_command(pt2, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["backend"] == "pt2" and data["options"]["strict"] is True and data["parity"]["passed"]
+
+
+@pytest.mark.parametrize("name", [be.name for be in backends.exporters()])
+def test_a_dynamic_batch_export_has_its_own_default_name(name, tmp_path):
+    """Like every other variant, a dynamic batch says so in the default name, so it never takes (and
+    replaces) the static export's."""
+    from vitexport.core.progress import as_progress
+    from vitexport.export.pipeline import Job
+    from vitexport.models.sources import load
+
+    be = backends.get(name)
+    loaded = load(SourceSpec("tiny", overrides={"depth": 1, "embed_dim": 32, "num_heads": 2}))
+    names = [Job(be, loaded, be.Options(**extra), tmp_path, verify=False, atol=None, rtol=None, seed=0, images=None,
+                 name=None, progress=as_progress(None)).name for extra in ({}, {"dynamic_batch": True})]
+    assert names == [loaded.name, f"{loaded.name}-dynamic"]

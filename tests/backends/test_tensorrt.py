@@ -674,7 +674,7 @@ def test_unreadable_onnx_is_a_usage_error(rtx, tmp_path):
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, RuntimeError])
 def test_an_interrupted_build_leaves_nothing_half_written(rtx, small_vit, tmp_path, monkeypatch, interrupt):
     from vitexport.backends.tensorrt import build as build_module
-    from vitexport.core.environment import atomic_path
+    from vitexport.core.writer import atomic_path
 
     def write_then_fail(final, data):
         with atomic_path(final) as tmp:

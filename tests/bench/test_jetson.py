@@ -10,7 +10,7 @@ from vitexport.bench.fingerprint import fingerprint, isa_names
 from vitexport.bench.stored import SCHEMA
 from vitexport.core import environment
 from vitexport.core.environment import clock_state, nvpmodel_mode
-from vitexport.report.files import write_markdown
+from vitexport.report.files import markdown_text
 from vitexport.report.names import jetson_line, machine_label
 
 ORIN_LOCKED = """SOC family:tegra234  Machine:NVIDIA Jetson AGX Orin Developer Kit
@@ -93,8 +93,7 @@ def test_reports_show_the_power_mode_and_clocks(tmp_path):
             "results": [{"backend": "torch", "batch_size": 1, "available": False, "reason": "x"}], "roofline": None}
     assert machine_label(data) == "Orin (MAXN)"
     assert machine_label({**data, "label": "bench-orin"}) == "bench-orin"
-    write_markdown(data, tmp_path / "r.md")
-    assert "Jetson R36 (release), REVISION: 4.3, power mode MAXN, clocks locked" in (tmp_path / "r.md").read_text()
+    assert "Jetson R36 (release), REVISION: 4.3, power mode MAXN, clocks locked" in markdown_text(data)
     assert jetson_line({"cpu": "Xeon"}) == ""
 
 

@@ -408,9 +408,9 @@ def test_ab_pairs_the_torch_rows_too_and_needs_both_sides(monkeypatch, tmp_path,
                     "--json-path", tmp_path / "ab.json")
     assert result.exit_code == 1, result.stderr  # the baseline's artifact could not run: no verdict possible
     assert "nothing could be timed" in result.stderr and "cannot load" in result.stderr
-    data = json.loads((tmp_path / "ab.json").read_text())
-    assert [c["row"] for c in data["baseline"]["compared"]] == ["torch fp32 batch 1"]
-    assert data["baseline"]["unmatched"][0]["reason"] == "could not run (baseline): cannot load"
+    # A failed run replaces nothing: no --json file, no report files; the table shows what happened.
+    assert not (tmp_path / "ab.json").exists() and not list((tmp_path / "o").glob("bench-*"))
+    assert "could not run (baseline): cannot load" in result.stdout
 
 
 @pytest.mark.slow
@@ -433,9 +433,10 @@ def test_a_real_bench_against_a_forged_baseline(tmp_path):
         pytest.skip("the machine stayed disturbed for three runs: the stored gate rightly decided nothing")
     assert result.exit_code == 5, result.stderr  # never "ok" for a row 100x slower
     data = json.loads((tmp_path / "b.json").read_text())
-    assert [c["row"] for c in data["baseline"]["regressions"]] == ["onnxruntime fp32 batch 1 (tiny-depth1.onnx)"]
+    row = "onnxruntime fp32 batch 1 (tiny-depth1-dynamic.onnx)"  # bench exports a dynamic batch, named so
+    assert [c["row"] for c in data["baseline"]["regressions"]] == [row]
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("regression:")]
-    assert "onnxruntime fp32 batch 1 (tiny-depth1.onnx)" in line and "torch fp32" not in line
+    assert "onnxruntime fp32 batch 1 (tiny-depth1-dynamic.onnx)" in line and "torch fp32" not in line
 
 
 # --- verify --baseline ---------------------------------------------------------------------------------------
@@ -512,3 +513,15 @@ def test_load_parity_baseline_refuses_what_is_not_one(tmp_path):
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(UsageError, match="is not a vitexport verify or export"):
         parity_gate.load_parity_baseline(tmp_path / "list.json")
+
+
+def test_a_bench_that_times_nothing_replaces_no_earlier_report(monkeypatch, tmp_path):
+    fake = install(monkeypatch)
+    assert bench_cli(tmp_path, "first").exit_code == 0
+    written = [*sorted((tmp_path / "first").glob("bench-*")), tmp_path / "first.json"]
+    before = {p: p.read_bytes() for p in written}
+    fake.fail_open = lambda job: {"reason": "cannot load", "kind": "failed"}
+    result = bench_cli(tmp_path, "first")
+    assert result.exit_code == 1 and "nothing could be timed" in result.stderr, result.stderr
+    assert {p: p.read_bytes() for p in written} == before  # the report set and --json PATH, untouched
+    assert "reports: none written" in result.stdout

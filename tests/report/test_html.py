@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from vitexport.bench.stored import load
 from vitexport.cli.app import app
+from vitexport.core import writer
 from vitexport.report import html, page
 from vitexport.report.files import write_all, write_json
 from vitexport.report.page import FAILED, REFERENCE, UNVERIFIED, VERIFIED, Point
@@ -174,8 +175,8 @@ def test_report_of_one_file_goes_beside_it(tmp_path):
 
 
 @pytest.mark.parametrize("make, words", [
-    (lambda p: p.write_text("my notes"), "not a page vitexport wrote"),
-    (lambda p: p.mkdir(), "not a page vitexport wrote"),
+    (lambda p: p.write_text("my notes"), "not written by vitexport"),
+    (lambda p: p.mkdir(), "not written by vitexport"),
 ])
 def test_report_never_replaces_what_vitexport_did_not_write(tmp_path, make, words):
     (path,) = write_reports(tmp_path, 1)
@@ -228,7 +229,7 @@ def test_an_interrupted_page_write_leaves_the_previous_page(tmp_path, monkeypatc
         assert Path(src).stat().st_size > 1000
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(html.os, "replace", interrupted)
+    monkeypatch.setattr(writer.os, "replace", interrupted)  # the writer renames every output into place
     with pytest.raises(KeyboardInterrupt):
         html.write_page([(str(path), load(path))], page_path)
     assert page_path.read_text() == before

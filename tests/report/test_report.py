@@ -1,4 +1,5 @@
 import csv
+import io
 import json
 
 import pytest
@@ -7,7 +8,7 @@ from vitexport.bench.stored import REPORT_SUFFIXES, SCHEMA, load
 from vitexport.core.errors import UsageError
 from vitexport.report import files as report_files
 from vitexport.report import tables
-from vitexport.report.files import csv_records, write_all, write_csv, write_json
+from vitexport.report.files import csv_records, csv_text, write_all, write_json
 from vitexport.report.merge import merge, merge_reports, ranking
 from vitexport.report.prose import baseline_lines, roofline_lines
 from vitexport.report.tables import (
@@ -213,8 +214,7 @@ def test_csv_header_is_fixed(tmp_path):
         "roofline_fraction", "roofline_basis", "p50_change_vs_baseline", "change_low_vs_baseline",
         "change_high_vs_baseline", "verdict_vs_baseline", "knee")
     for data in (full_report(), make_report([result("torch", 1, 20.0)])):  # the same header for any report
-        write_csv(data, tmp_path / "r.csv")
-        assert tuple(next(csv.reader(open(tmp_path / "r.csv")))) == CSV_FIELDS
+        assert tuple(next(csv.reader(io.StringIO(csv_text(data))))) == CSV_FIELDS
 
 
 def test_table_headers_show_conditional_columns_only_when_they_have_values():
@@ -364,7 +364,7 @@ def test_compare_never_writes_over_a_report_it_was_given(tmp_path):
     write_json(make_report([result("torch", 1, 20.0)]), given)
     before = given.read_bytes()
     run = CliRunner().invoke(app, ["compare", str(given), "--out", str(tmp_path)])
-    assert run.exit_code == 2 and "compare.json is one of the reports given" in run.output
+    assert run.exit_code == 2 and "compare.json is one of this run's inputs" in run.output
     assert given.read_bytes() == before
 
 

@@ -272,6 +272,16 @@ class Backend(ABC):
         non-default precision), so exports that differ in them never replace each other."""
         return ""
 
+    def default_tag(self, options: ExportOptions) -> str:
+        """The whole of what the default name adds: `name_tag`, then `-dynamic` for a dynamic batch,
+        added here for every backend so that none can forget it (a dynamic export never takes, and
+        replaces, the static export's name)."""
+        return self.name_tag(options) + ("-dynamic" if self.batch_is_dynamic(options) else "")
+
+    def batch_is_dynamic(self, options: ExportOptions) -> bool:
+        """Whether these options make the artifact's batch dimension dynamic."""
+        return bool(getattr(options, "dynamic_batch", False))
+
     def upstream_options(self, options: ExportOptions) -> ExportOptions:
         """Options for the `builds_from` backend's export (only called when `builds_from` is set)."""
         raise NotImplementedError(f"{self.name} builds from {self.builds_from} but does not say how")

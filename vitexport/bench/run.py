@@ -31,7 +31,7 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
           baseline: str | Path | list | None = None, max_slowdown: float | None = None, rounds: int | None = None,
           progress: ProgressLike = None, latency_budget_ms: float | None = None,
           recheck_s: float | None = None, retire_slower: float | None = None, start_together: bool = False,
-          write_files: Callable[[dict, Path], dict] | None = None) -> dict[str, Any]:
+          write_files: Callable[[dict, Path, list[Path]], dict] | None = None) -> dict[str, Any]:
     """Measure each target at each batch size on identical feeds, each row in its own worker process,
     the rows taking turns in short rounds (`rounds`: how many; default: enough bursts of about
     0.25 s to fill `budget_s`, at least 8).
@@ -41,7 +41,7 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
 
     `baseline`: a stored bench report of this machine, or artifacts (one or more) measured in the
     same rounds as the candidates and matched to them like report rows. Rows slower beyond the margin
-    raise RegressionError carrying the report, after its files are written (by `write_files(report, stem)`,
+    raise RegressionError carrying the report, after its files are written (by `write_files(report, stem, inputs)`,
     which the API passes: vitexport.report.files.write_all; this room makes the report, showing it is
     the report room's); rows that cannot be told
     apart from noise are measured again for up to `recheck_s` (default `budget_s`), then called
@@ -93,13 +93,19 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
         report = measure_all(spec, targets, settings, artifacts=[Path(a) for a in artifacts], out=out, label=label,
                              trust_code=trust_code, old=old, old_path=old_path, base_artifacts=base_artifacts,
                              progress=reporter)
+    strict(report)  # a run that timed nothing replaces no earlier report: it raises before writing
     if write_files is not None:
-        report["files"] = write_files(report, out / f"bench-{safe_name(report['model'])}")
+        report["files"] = write_files(report, out / f"bench-{safe_name(report['model'])}",
+                                      run_inputs(artifacts, old_path, base_artifacts))
     comparison = report.get("baseline")
     if comparison and comparison["regressions"]:
         raise RegressionError(regression.bench_message(comparison), report)
-    strict(report)
     return report
+
+
+def run_inputs(artifacts, old_path: Path | None, base_artifacts: list[Path]) -> list[Path]:
+    """The files this run reads, which its reports must never replace."""
+    return [Path(p) for p in [*artifacts, *([old_path] if old_path else []), *base_artifacts]]
 
 
 def is_auto(batches) -> bool:
@@ -159,7 +165,8 @@ def measure_all(spec: SourceSpec | None, targets: list[str], settings: Settings,
     known = backends.bench_targets()
     sources, model_name, gflops = sources_for(spec, [known[t] for t in targets], settings.batches, artifacts, out,
                                               settings.seed, trust_code, progress)
-    reports.check_writable(out / f"bench-{safe_name(model_name)}")  # before any timing: a user's file stays
+    # Before any timing: a user's file, or one of this run's inputs, stays.
+    reports.check_writable(out / f"bench-{safe_name(model_name)}", run_inputs(artifacts, old_path, base_artifacts))
     plan = planned_rows("candidate", sources, targets, settings, model_name)
     base_plan: list[Planned] = []
     if base_artifacts:

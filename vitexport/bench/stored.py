@@ -109,28 +109,19 @@ def report_paths(stem: Path) -> dict[str, Path]:
     return {ext: stem.with_name(f"{stem.name}.{ext}") for ext in REPORT_SUFFIXES}
 
 
-def check_writable(stem: Path, inputs: Iterable[Path] = ()) -> None:
-    """Refuse (exit 2) report files that would replace what vitexport did not write: anything but a
-    regular file, one of this command's own inputs, or a set whose JSON is not a vitexport report."""
-    from vitexport.core.jsonfile import read_json
+def set_is_ours(stem: Path):
+    """Whether a file of the report set at `stem` is vitexport's: the set's JSON is a vitexport report."""
+    from vitexport.core.writer import json_report_is_ours
 
-    paths = report_paths(Path(stem))
-    taken = {ext: p for ext, p in paths.items() if p.exists() or p.is_symlink()}
-    if not taken:
-        return
-    for p in taken.values():
-        if p.is_symlink() or not p.is_file():
-            raise UsageError(f"{p} exists and is not a report file vitexport wrote; give another --out")
-        for given in inputs:
-            if Path(given).exists() and p.samefile(given):
-                raise UsageError(f"{p} is one of the reports given; writing there would replace it: give another --out")
-    owner = paths["json"]
-    try:
-        written = read_json(owner, "report") if owner in taken.values() else None
-    except UsageError:
-        written = None
-    schema = written.get("schema") if isinstance(written, dict) else None
-    if not (isinstance(schema, str) and schema.startswith("vitexport.")):
-        names = ", ".join(str(p) for p in taken.values())
-        raise UsageError(f"{names}: not written by vitexport (no vitexport report {owner.name} beside it); "
-                         "give another --out")
+    marker = report_paths(Path(stem))["json"]
+    return lambda path: marker.is_file() and not marker.is_symlink() and json_report_is_ours(marker)
+
+
+def check_writable(stem: Path, inputs: Iterable[Path] = (), flag: str = "--out") -> None:
+    """Refuse (exit 2, before any work) report files that would replace what vitexport did not write:
+    anything but a regular file, one of this command's own inputs, or a set whose JSON is not a
+    vitexport report; or that cannot be written (a parent that is a file)."""
+    from vitexport.core import writer
+
+    for path in report_paths(Path(stem)).values():
+        writer.check(path, ours=set_is_ours(stem), inputs=inputs, flag=flag)

@@ -9,14 +9,26 @@ from typing import Annotated, Optional
 
 import typer
 
-from vitexport.cli.options import AtolOpt, DropOpt, ImagesOpt, JsonOpt, PickleOpt, QuietOpt, RtolOpt, Top1Opt, TrustOpt
+from vitexport.cli.options import (
+    INPUT,
+    AtolOpt,
+    DropOpt,
+    ImagesOpt,
+    JsonOpt,
+    Output,
+    PickleOpt,
+    QuietOpt,
+    RtolOpt,
+    Top1Opt,
+    TrustOpt,
+)
 from vitexport.cli.running import handle_errors, progress_for, stdout_to_stderr
 from vitexport.core.errors import RegressionError, UsageError
 
 
 @handle_errors
 def verify(artifact: Annotated[Optional[Path], typer.Argument(
-               help="An artifact written by vitexport (its sidecar beside it).")] = None,
+               help="An artifact written by vitexport (its sidecar beside it)."), INPUT] = None,
            as_json: JsonOpt = False, atol: AtolOpt = None, rtol: RtolOpt = None, images: ImagesOpt = None,
            max_batch: Annotated[Optional[int], typer.Option(
                help="Largest batch checked when the batch is dynamic (default: as exported).")] = None,
@@ -32,17 +44,18 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
            baseline: Annotated[Optional[list[Path]], typer.Option(
                help="What to compare with: exit 5 when worse beyond the margin. Here an earlier `verify --json` or export "
                     "`--json` output, and worse is a parity number that got worse "
-                    "beyond the margin.")] = None,
+                    "beyond the margin."), INPUT] = None,
            max_error_growth: Annotated[Optional[float], typer.Option(
                help="With --baseline: how many times the baseline's max/mean abs error (and cosine distance) "
                     "is still accepted (default 2).")] = None,
            quiet: QuietOpt = False,
            device_report: Annotated[Optional[Path], typer.Option(
                "--device-report", help="Judge this device-report.json, written by a package's check on the device, "
-                                       "against the package's golden outputs (instead of an ARTIFACT).")] = None,
+                                       "against the package's golden outputs (instead of an ARTIFACT)."),
+               INPUT] = None,
            package_dir: Annotated[Optional[Path], typer.Option(
                "--package", help="With --device-report: the package the check ran from (default: the report's "
-                                 "folder).")] = None,
+                                 "folder)."), INPUT] = None,
            ) -> None:
     """Re-check an existing artifact against the model recorded in its sidecar, or judge a device report."""
     from vitexport import api
@@ -84,15 +97,18 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
 
 
 @handle_errors
-def package(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it).")],
+def package(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it)."),
+                                INPUT],
             target: Annotated[str, typer.Option(
-                "--target", "-t", help="Where the artifact will run: linux, jetson, macos (a Python check), ios (an XCTest) or "
+                "--target", "-t", help="Where the artifact will run: linux, jetson, macos (a Python check), ios (an "
+                                       "XCTest) or "
                                        "android (an instrumented test).")],
             images: Annotated[Optional[Path], typer.Option(
-                "--images", help="Images to check on, carried among the golden inputs, preprocessed as the check must "
-                                 "inputs.")] = None,
+                "--images", help="Images to check on, carried among the golden inputs, preprocessed as the check "
+                                 "must."), INPUT] = None,
             out: Annotated[Optional[Path], typer.Option(
-                "--out", "-o", help="Folder the output goes into: the package's folder (default: the artifact's).")] = None,
+                "--out", "-o", help="Folder the output goes into: the package's folder (default: the artifact's)."),
+                Output("folder")] = None,
             as_json: JsonOpt = False, trust_code: TrustOpt = False, allow_pickle: PickleOpt = False,
             force: Annotated[bool, typer.Option(
                 "--force", help="Replace a file or folder of the output's name that vitexport did not write.")] = False,

@@ -5,23 +5,79 @@ at module level: `vitexport --help` reads these."""
 from __future__ import annotations
 
 import inspect
+import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
 from vitexport.core.errors import UsageError
 
+
+@dataclass(frozen=True)
+class Output:
+    """Marks a parameter as a place the command writes, so tests can find every one from the app
+    (tests/cli/test_outputs.py runs each against a user's file, the run's own input, a parent that is
+    a file and a full disk). `kind`: "folder" (files go inside, named by the command), "file" (the
+    path itself), "stem" (PATH.json, PATH.csv, ... side by side)."""
+
+    kind: str
+
+
+@dataclass(frozen=True)
+class Input:
+    """Marks a parameter the command reads from disk: every path parameter says which it is."""
+
+
+INPUT = Input()
+
+
+def path_params(command: Callable) -> list[tuple[str, str, "Output | Input | None"]]:
+    """(parameter, its first flag or argument name, its marker) for every parameter of a command's
+    callback that names a file or folder."""
+    out = []
+    for param in inspect.signature(command, eval_str=True).parameters.values():
+        hint = param.annotation
+        if typing.get_origin(hint) is not Annotated:
+            continue
+        base, *extras = typing.get_args(hint)
+        marker = next((e for e in extras if isinstance(e, (Output, Input))), None)
+        info = next((e for e in extras if isinstance(e, typer.models.ParameterInfo)), None)
+        if marker is None and not _is_path(base):
+            continue
+        # In Annotated, Typer keeps an option's first flag where its default would be.
+        flags = [d for d in (getattr(info, "default", None), *(getattr(info, "param_decls", None) or ()))
+                 if isinstance(d, str) and d.startswith("-")]
+        name = next((f for f in flags if f.startswith("--")), None) or \
+            (f"--{param.name.replace('_', '-')}" if isinstance(info, typer.models.OptionInfo) else param.name.upper())
+        out.append((param.name, name, marker))
+    return out
+
+
+def _is_path(hint: Any) -> bool:
+    return hint is Path or any(_is_path(a) for a in typing.get_args(hint))
+
+
+def outputs(app: typer.Typer) -> list[tuple[str, str, Output]]:
+    """(command, flag, marker) for every output parameter of every command of `app`."""
+    found = []
+    for info in app.registered_commands:
+        name = info.name or info.callback.__name__.replace("_", "-")
+        found += [(name, flag, marker) for _, flag, marker in path_params(info.callback) if isinstance(marker, Output)]
+    return found
+
 ConfigOpt = Annotated[Optional[str], typer.Option("--config", "-c", help="Built-in preset (see `vitexport configs`).")]
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", "-m", help="torchvision:NAME, timm:NAME, hf:DIR (a save_pretrained folder), path/to/file.py:factory "
                           "or pkg.module:factory.")]
-WeightsOpt = Annotated[Optional[Path], typer.Option("--weights", "-w", help=".safetensors or torch checkpoint.")]
+WeightsOpt = Annotated[Optional[Path], typer.Option("--weights", "-w", help=".safetensors or torch checkpoint."),
+                       INPUT]
 PickleOpt = Annotated[bool, typer.Option("--allow-pickle", help="Allow unpickling a trusted checkpoint.")]
 ShapeOpt = Annotated[Optional[str], typer.Option("--input-shape", help="N,C,H,W (default: from preset/model).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a preset field, e.g. depth=2.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random init and check inputs.")]
-OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder the output goes into.")]
+OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder the output goes into."), Output("folder")]
 NameOpt = Annotated[Optional[str], typer.Option(
     "--name", help="Artifact name without suffix (default: from the model and its --set overrides).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
@@ -38,7 +94,7 @@ TrustOpt = Annotated[bool, typer.Option(
     "--trust-code", help="Allow importing the Python file or module a sidecar names to rebuild its model.")]
 ImagesOpt = Annotated[Optional[Path], typer.Option(
     "--images", help="Images to check on, beside the seeded ones (labels from a numeric file-name prefix, e.g. "
-                    "3_0001.png).")]
+                    "3_0001.png)."), INPUT]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (errors are still shown).")]
 ForceOpt = Annotated[bool, typer.Option(
     "--force", help="Replace a file or folder of the output's name that vitexport did not write.")]

@@ -59,6 +59,12 @@ def handle_errors(fn: Callable) -> Callable:
         except typer.Exit:
             raise
         except Exception as e:  # a bug, not bad input: one line unless asked for the traceback
+            from vitexport.core.writer import disk_error
+
+            full = disk_error(e) if isinstance(e, OSError) else None
+            if full:  # a full disk under a library's own writer (torch.save, say): the disk, not a bug
+                stderr_console().print(f"[red]error:[/red] {escape(full)}", highlight=False, soft_wrap=True)
+                raise typer.Exit(ExitCode.FAILURE)
             if os.environ.get("VITEXPORT_DEBUG"):
                 raise
             stderr_console().print(f"[red]internal error:[/red] {type(e).__name__}: {escape(str(e))} "
@@ -126,6 +132,6 @@ def reopen_closed_streams() -> list[str]:
         if null != fd:
             os.dup2(null, fd)
             os.close(null)
-        setattr(sys, name, os.fdopen(fd, "w", buffering=1))
+        setattr(sys, name, os.fdopen(fd, "w", buffering=1))  # a stream on /dev/null, not a file written
         closed.append(name)
     return closed

@@ -12,6 +12,7 @@ import typer
 
 from vitexport import backends
 from vitexport.cli.options import (
+    INPUT,
     ConfigOpt,
     DropOpt,
     ImagesOpt,
@@ -19,6 +20,7 @@ from vitexport.cli.options import (
     ModelOpt,
     NameOpt,
     OutOpt,
+    Output,
     PickleOpt,
     QuietOpt,
     SeedOpt,
@@ -30,7 +32,7 @@ from vitexport.cli.options import (
     source_spec,
 )
 from vitexport.cli.running import handle_errors, progress_for, said, stdout_to_stderr
-from vitexport.core.errors import ExitCode, UsageError, VitexportError
+from vitexport.core.errors import ExitCode, RegressionError, UsageError, VitexportError
 
 
 def _bench_help() -> str:
@@ -64,7 +66,7 @@ def _fixed_batches(values: Optional[list[str]]) -> list[int]:
 
 @handle_errors
 def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
-              help="Artifacts to time (sidecars beside them).")] = None,
+              help="Artifacts to time (sidecars beside them)."), INPUT] = None,
           config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsOpt = None, allow_pickle: PickleOpt = False,
           input_shape: ShapeOpt = None, overrides: SetOpt = None, seed: SeedOpt = 0,
           backend: Annotated[Optional[list[str]], typer.Option("--backend", "-b", help=_bench_help())] = None,
@@ -89,11 +91,12 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
                    "at least 8).")] = None,
           trust_code: TrustOpt = False, out: OutOpt = Path("vitexport-out"), as_json: JsonOpt = False,
           json_path: Annotated[Optional[Path], typer.Option(
-              "--json-path", hidden=True, help="The older `--json PATH`: also write the JSON report here.")] = None,
+              "--json-path", hidden=True, help="The older `--json PATH`: also write the JSON report here."),
+              Output("file")] = None,
           baseline: Annotated[Optional[list[Path]], typer.Option(
               help="What to compare with: exit 5 when worse beyond the margin. Here artifacts measured in the same "
-                   "rounds (repeatable; the CI gate), or an "
-                   "earlier bench JSON report of this machine: exit 5 when a row is slower beyond the margin.")] = None,
+                   "rounds (repeatable; the CI gate), or an earlier bench JSON report of this machine (a row "
+                   "slower)."), INPUT] = None,
           max_slowdown: Annotated[Optional[float], typer.Option(
               help="With --baseline: the slowdown in percent the whole interval must exceed to fail (default 5 "
                    "against artifacts, 10 against a report).")] = None,
@@ -104,12 +107,17 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
           ) -> None:
     """Time each backend on identical inputs; print one table, write JSON, CSV, Markdown and a PNG plot."""
     from vitexport import api
+    from vitexport.core import writer
     from vitexport.report.files import json_safe, write_json
     from vitexport.report.terminal import bench_report
 
-    def show(result: dict) -> None:
-        if json_path:
-            write_json(result, json_path)
+    inputs = [*(artifacts or []), *(baseline or []), *([weights] if weights else [])]
+    if json_path:  # before any work: never over a file of the user's nor one of the run's inputs
+        writer.check(json_path, ours=writer.json_report_is_ours, inputs=inputs, flag="--json")
+
+    def show(result: dict, timed: bool = True) -> None:
+        if json_path and timed:  # a run that timed nothing replaces nothing
+            write_json(result, json_path, inputs)
         if as_json:
             print(json.dumps(json_safe(result), indent=2, default=str, allow_nan=False))
         else:
@@ -128,7 +136,7 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
     except VitexportError as e:  # a slower row, or nothing that could run: the table first, then the error
         result = getattr(e, "result", None)
         if isinstance(result, dict) and result.get("schema", "").startswith("vitexport.bench/"):
-            show(result)
+            show(result, timed=isinstance(e, RegressionError))
         raise
     show(result)
 
@@ -139,11 +147,11 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
              seed: SeedOpt = 0, images: ImagesOpt = None,
              target: Annotated[str, typer.Option(help="Where the artifact will run: cpu or cuda.")] = "cpu",
              calibration_images: Annotated[Optional[Path], typer.Option(
-                 help="Images that calibrate int8: the static int8 candidate (default: --images).")] = None,
+                 help="Images that calibrate int8: the static int8 candidate (default: --images)."), INPUT] = None,
              min_top1_agreement: Top1Opt = None, max_accuracy_drop: DropOpt = None,
              batch: Annotated[Optional[list[str]], typer.Option(
-                 "--batch", help="Batch sizes, repeatable or as a comma list (1,4,8), timed: each has its pick; the first's is NAME-optimized, "
-                 "another batch's different pick NAME-optimized-bN.")] = None,
+                 "--batch", help="Batch sizes, repeatable or as a comma list (1,4,8), timed: each has its pick; the "
+                 "first's is NAME-optimized, another batch's different pick NAME-optimized-bN.")] = None,
              threads: Annotated[Optional[int], typer.Option(help="Threads for the timing.")] = None,
              budget_s: Annotated[float, typer.Option(
                  help="Seconds of timed runs per candidate and batch.")] = 3.0,  # optimize.BUDGET_S
@@ -168,9 +176,10 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
 
 
 @handle_errors
-def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON reports, e.g. from two machines.")],
-            out: Annotated[Path, typer.Option("--out", "-o", help="Folder the output goes into: the merged reports, compare.*.")] =
-            Path("vitexport-out"),
+def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON reports, e.g. from two machines."), INPUT],
+            out: Annotated[Path, typer.Option(
+                "--out", "-o", help="Folder the output goes into: the merged reports, compare.*."),
+                Output("folder")] = Path("vitexport-out"),
             as_json: JsonOpt = False) -> None:
     """Merge bench reports from several machines into one table and plot, ranked per batch size."""
     from vitexport.bench.stored import check_writable
@@ -192,8 +201,10 @@ def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON repor
 
 @handle_errors
 def matrix(plan: Annotated[Path, typer.Argument(help="The plan: models, targets and bench settings (TOML, see "
-                                                     "docs/matrix.md).")],
-           out: Annotated[Path, typer.Option("--out", "-o", help="Folder the output goes into: the matrix's artifacts, cache and reports.")] =
+                                                     "docs/matrix.md)."), INPUT],
+           out: Annotated[Path, typer.Option(
+               "--out", "-o", help="Folder the output goes into: the matrix's artifacts, cache and reports."),
+               Output("folder")] =
            Path("vitexport-out/matrix"),
            workers: Annotated[int, typer.Option(
                help="Export processes on this machine; timings always run alone.")] = 1,

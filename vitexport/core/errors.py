@@ -45,6 +45,11 @@ class OutputError(UsageError):
     """The output location cannot be written."""
 
 
+class WriteError(VitexportError):
+    """Writing an output failed part way (a full disk, a quota, a read-only file system): nothing
+    partial was left and the earlier file stays."""
+
+
 class BackendUnavailable(VitexportError):
     """The backend's library or hardware is missing here."""
 

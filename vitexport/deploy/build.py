@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vitexport.core import writer
 from vitexport.core.errors import OutputError, ParityError, UsageError
 from vitexport.core.progress import ProgressLike, as_progress
 from vitexport.deploy import describe, golden, manifest
@@ -48,6 +49,7 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
     if clash:
         raise UsageError(f"{path.name}: a package cannot hold {', '.join(sorted(clash))} beside its own files")
     out = prepare_out_dir(folder.parent)
+    writer.check_target(folder, inputs=[p for p in (images, path) if p], force=True)  # even with --force
     if not force:
         refuse_foreign(folder)
     tol = be.tolerance(record.precision)
@@ -66,14 +68,13 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
         if check.extra is not None:
             check.extra(pkg)
         for name in PROGRAMS[target.language]:
-            (pkg / name).write_text(check_program(name), encoding="utf-8")
-        (pkg / check.runner_name).write_text(check.runner, encoding="utf-8")
+            writer.fill(pkg / name, check_program(name))
+        writer.fill(pkg / check.runner_name, check.runner)
         gold = golden.write(pkg, cases, outputs, record, tol, input_dtype)
         labels = be.labels(path, record) or labels_of(loaded)
         pre = describe.preprocessing(record, labels, input_dtype)
         _write_json(pkg / "preprocessing.json", pre)
-        (pkg / "README.md").write_text(describe.readme(target, check, folder.name, record, gold, pre),
-                                              encoding="utf-8")
+        writer.fill(pkg / "README.md", describe.readme(target, check, folder.name, record, gold, pre))
         digest = manifest.write(pkg, {
             "target": target.name,
             "artifact": {"file": path.name, "backend": record.backend, "precision": record.precision,
@@ -128,7 +129,7 @@ def unchanged(be: "Backend", copied: Path, record: "ArtifactRecord") -> None:
 def publish(staged: Path, folder: Path, force: bool) -> None:
     """Rename the staged package to `folder` under the output folder's lock, moving a package of that
     name aside first (a folder cannot be renamed over a non-empty one)."""
-    from vitexport.core.environment import ordinary_permissions
+    from vitexport.core.writer import ordinary_permissions
     from vitexport.export.staging import PREFIX, publishing_lock
 
     ordinary_permissions(staged)
@@ -183,7 +184,7 @@ def _copy(src: Path, dst: Path) -> None:
 def _write_json(path: Path, data: Any) -> None:
     import json
 
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    writer.fill(path, json.dumps(data, indent=2) + "\n")
 
 
 def _version() -> str:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vitexport.core import writer
+
 if TYPE_CHECKING:
     from vitexport.backends.base import Backend
     from vitexport.export.sidecar import ArtifactRecord
@@ -108,11 +110,10 @@ def write(folder: Path, cases: list[Case], outputs: list[list[np.ndarray]], reco
               "input_layout": "NCHW", "output_names": list(record.output_names), "precision": record.precision,
               "tolerance": {"atol": tol.atol, "rtol": tol.rtol, "min_cosine": tol.min_cosine},
               "cases": described}
-    (target / "golden.json").write_text(json.dumps(golden, indent=2) + "\n", encoding="utf-8")
+    writer.fill(target / "golden.json", json.dumps(golden, indent=2) + "\n")
     return golden
 
 
 def _save(path: Path, array: np.ndarray) -> None:
     """Little-endian float32 in C order: what the Swift and Kotlin readers take."""
-    with open(path, "wb") as f:
-        np.save(f, np.ascontiguousarray(array, dtype="<f4"), allow_pickle=False)
+    writer.fill(path, lambda p: np.save(p, np.ascontiguousarray(array, dtype="<f4"), allow_pickle=False))

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vitexport.core import writer
 from vitexport.core.environment import NotARegularFile, sha256_file
 from vitexport.core.errors import UsageError
 from vitexport.core.jsonfile import read_json
@@ -33,7 +34,7 @@ def file_entries(folder: Path) -> dict[str, dict[str, Any]]:
 def write(folder: Path, content: dict[str, Any]) -> str:
     """Write manifest.json (the files listed now, so it is written last); return its sha256."""
     data = {"schema": SCHEMA, **content, "files": file_entries(folder)}
-    (folder / NAME).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    writer.fill(folder / NAME, json.dumps(data, indent=2) + "\n")
     return sha256_file(folder / NAME)
 
 

@@ -87,14 +87,18 @@ class Job:
         self.be, self.loaded, self.options, self.out, self.force = be, loaded, options, out, force
         self.verify, self.atol, self.rtol, self.seed, self.images = verify, atol, rtol, seed, images
         self.gate = gate or Gate()
-        self.stem = name or loaded.name  # what an upstream artifact is named after
-        self.name, self.progress = name or loaded.name + be.name_tag(options), progress
+        self.given_name = name  # an upstream artifact is named after it, else after the model
+        self.name, self.progress = name or loaded.name + be.default_tag(options), progress
 
     def run(self) -> dict[str, Any]:
+        from vitexport.core import writer
         from vitexport.export.staging import check_replaceable, ensure_folder, publish, staging
 
         be, timings = self.be, {}
         final = self.out / f"{self.name}{be.suffix}"
+        inputs = [p for p in (self.loaded.spec.weights, self.images) if p]
+        for path in (final, sidecar.path_for(final)):  # the run's own inputs stay, even with --force
+            writer.check_target(path, inputs=inputs, force=True)
         if not self.force:  # before any work; publishing checks every file again under its lock
             check_replaceable(self.out, [final.name, sidecar.path_for(final).name])
         upstream = self._upstream() if be.builds_from else None
@@ -155,13 +159,14 @@ class Job:
         record matches the request exactly and it passed, else exported (and verified) now."""
         up = backends.get(self.be.builds_from)
         options = self.be.upstream_options(self.options)
-        path = self.out / f"{self.stem}{up.suffix}"
+        stem = self.given_name or self.loaded.name + up.default_tag(options)  # a dynamic upstream says so too
+        path = self.out / f"{stem}{up.suffix}"
         reused = reusable(path, up, self.loaded, options)
         if reused is not None:
             return Upstream(path, reused, f"reused {path.name} (its sidecar matches this request)")
         require(up.availability(), up.name)
         job = Job(up, self.loaded, options, self.out, verify=True, atol=None, rtol=None, seed=self.seed,
-                  images=self.images, name=self.stem, progress=self.progress, force=self.force)
+                  images=self.images, name=stem, progress=self.progress, force=self.force)
         result = job.run()
         path = Path(result["artifact"])
         note = f"exported and verified {path.name} (max abs error {result['parity']['max_abs_error']:.3g})"

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitexport.core.environment import now, sha256_file, write_atomic
+from vitexport.core.environment import now, sha256_file
+from vitexport.core.writer import write_atomic
 from vitexport.core.errors import UsageError
 from vitexport.core.jsonfile import read_json
 from vitexport.models.records import SourceRecord

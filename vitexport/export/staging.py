@@ -19,10 +19,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from vitexport.core.environment import ordinary_permissions
 from vitexport.core.errors import OutputError, UsageError
-
-PREFIX = ".vitexport-"
+# Staging folders and the writer's temporary files share PREFIX, so one sweep removes what dead runs left.
+from vitexport.core.writer import PREFIX, ordinary_permissions
 
 
 def prepare_out_dir(out_dir: str | Path) -> Path:
@@ -91,6 +90,7 @@ def publishing_lock(out: Path):
     except ImportError:  # Windows: renames are still atomic one by one
         yield
         return
+    # Not an output: an empty lock file, opened to hold a flock, never written (so not through the writer).
     with open(out / ".vitexport.lock", "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

@@ -55,7 +55,7 @@ class Cache:
         return record
 
     def put(self, kind: str, key: str, record: dict[str, Any]) -> Path:
-        from vitexport.core.environment import write_atomic
+        from vitexport.core.writer import write_atomic
 
         path = self._path(kind, key)
         write_atomic(path, json.dumps({"schema": SCHEMA, "kind": kind, "key": key, **record}, indent=1,

@@ -18,6 +18,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from vitexport.core import writer
+
 EXPORT_STATUS = {"verified": "passed", "not-checked-here": "unchecked", "FAILED": "failed"}
 
 
@@ -136,7 +138,7 @@ def unpack(packed: dict, folder: Path) -> Path:
         if Path(name).is_absolute() or ".." in Path(name).parts or outside:
             raise ParityError(f"refusing a packed file outside its folder: {name!r}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        writer.fill(target, data)
     path = folder / packed["artifact"]
     record = sidecar.read(path)
     problem = integrity_problem(backends.get(record.backend), path, record)

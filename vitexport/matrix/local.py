@@ -25,7 +25,7 @@ class Worker:
         package_root = str(Path(__file__).resolve().parents[2])  # workers run this very vitexport
         path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONPATH": path, "VITEXPORT_MATRIX_PARENT": str(os.getpid())}
-        self.log = open(log, "w")
+        self.log = open(log, "w")  # a worker's stderr as it runs: a stream, not an output written whole
         self.proc = subprocess.Popen([sys.executable, "-m", "vitexport.matrix.worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
         self.index, self.job = index, None  # job: (ticket, kind) while busy

@@ -3,19 +3,17 @@
 into `OUT/matrix-PLAN.{json,csv,md,png,html}`, plus the `matrix` section: every cell with its export's
 status and parity, and per model the fastest verified artifact on each device at each batch size.
 
-Every file is written into a staging folder and renamed into place, so an interrupted run leaves the
-previous report or the new one, never half of one.
+Every file goes through vitexport.core.writer: complete under a temporary name, then renamed into
+place, so an interrupted run or a full disk leaves the previous report or the new one, never half of one.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitexport.core.errors import OutputError
 
 if TYPE_CHECKING:
     from vitexport.matrix.run import Cell, Matrix
@@ -30,18 +28,11 @@ def stem_for(plan) -> str:
 
 def check_writable(out: Path, plan) -> None:
     """Refuse, before any work, to replace report files of that name that the matrix did not write."""
+    from vitexport.core import writer
+
     stem = stem_for(plan)
-    names = [f"{stem}.{ext}" for ext in EXTENSIONS]
-    existing = [n for n in names if os.path.lexists(out / n)]
-    if not existing:
-        return
-    if not _is_ours(out / f"{stem}.json"):
-        raise OutputError(f"{out / existing[0]} exists and was not written by vitexport matrix; refusing to replace "
-                          "it (move it away or choose another --out)")
-    for name in existing:
-        if not (out / name).is_file() or (out / name).is_symlink():
-            raise OutputError(f"{out / name} exists and is not a file vitexport wrote; move it away or choose "
-                              "another --out")
+    for ext in EXTENSIONS:
+        writer.check(out / f"{stem}.{ext}", ours=lambda _: _is_ours(out / f"{stem}.json"), inputs=[plan.path])
 
 
 def _is_ours(path: Path) -> bool:
@@ -59,9 +50,8 @@ def _is_ours(path: Path) -> bool:
 
 def write(matrix: "Matrix", where: str) -> dict[str, Any]:
     """Write the per-device reports and the merged report; return the merged report."""
-    from vitexport.export.staging import staging
-    from vitexport.report.files import json_safe, write_csv, write_json
-    from vitexport.report.html import render
+    from vitexport.core import writer
+    from vitexport.report.files import csv_text, html_text, json_text, write_json
     from vitexport.report.merge import merge
     from vitexport.report.plots import write_plot
 
@@ -70,27 +60,19 @@ def write(matrix: "Matrix", where: str) -> dict[str, Any]:
     device_reports = per_device(matrix)
     paths = []
     for device, rep in device_reports.items():
-        path = out / "reports" / f"{device}.json"
-        path.parent.mkdir(exist_ok=True)
-        with staging(out) as stage:
-            write_json(rep, stage / path.name)
-            os.replace(stage / path.name, path)
-        paths.append(path)
+        paths.append(write_json(rep, out / "reports" / f"{device}.json", [plan.path], flag="--out"))
     merged = merge(paths) if paths else empty_report(plan)
     merged["model"] = plan.name
     merged["matrix"] = section(matrix, where)
     stem = stem_for(plan)
-    files = {ext: str(out / f"{stem}.{ext}") for ext in EXTENSIONS}
-    merged["files"] = files
-    with staging(out) as stage:
-        write_json(merged, stage / f"{stem}.json")
-        write_csv(merged, stage / f"{stem}.csv")
-        write_markdown(merged, stage / f"{stem}.md")
-        write_plot(labelled(merged), stage / f"{stem}.png")
-        (stage / f"{stem}.html").write_text(render([(f"{stem}.json", json_safe(merged))]), encoding="utf-8")
-        for ext in ("csv", "md", "png", "html", "json"):  # the JSON, which says the files are ours, last
-            os.replace(stage / f"{stem}.{ext}", files[ext])
-    return json.loads(Path(files["json"]).read_text())  # as written: NaN and infinities as null
+    files = {ext: out / f"{stem}.{ext}" for ext in EXTENSIONS}
+    merged["files"] = {ext: str(p) for ext, p in files.items()}
+    writer.write_together({  # the JSON, which says the files are ours, last
+        files["csv"]: csv_text(merged), files["md"]: markdown_text(merged),
+        files["png"]: lambda tmp: write_plot(labelled(merged), tmp),
+        files["html"]: html_text(merged, files["json"].name),
+        files["json"]: json_text(merged)}, ours=lambda _: _is_ours(files["json"]), inputs=[plan.path])
+    return json.loads(json_text(merged))  # as written: NaN and infinities as null
 
 
 def per_device(matrix: "Matrix") -> dict[str, dict]:
@@ -205,7 +187,7 @@ def labelled(merged: dict) -> dict:
                                   for r in merged["results"]]}
 
 
-def write_markdown(merged: dict, path: Path) -> None:
+def markdown_text(merged: dict) -> str:
     from vitexport.report import files as reports
 
     m = merged["matrix"]
@@ -234,12 +216,9 @@ def write_markdown(merged: dict, path: Path) -> None:
                      f"{_num(p.get('cosine_similarity'), 6)} | {p50} |")
     lines.append("")
     if merged["results"]:
-        bench = Path(path).with_name(Path(path).name + ".bench")
-        reports.write_markdown(labelled(merged), bench)
-        body = bench.read_text()
-        bench.unlink()
+        body = reports.markdown_text(labelled(merged))
         lines += ["#" + line if line.startswith("#") else line for line in body.splitlines()]
-    Path(path).write_text("\n".join(lines).rstrip() + "\n")
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def _num(value, digits: int, kind: str = "f") -> str:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from vitexport.core import writer
 from vitexport.core.environment import sha256_file, total_memory_bytes
 from vitexport.core.errors import ConfigError, SourceError, WeightsError, import_optional
 from vitexport.models import presets as configs
@@ -80,7 +81,7 @@ class LoadedModel:
         it (external data) or of 2 GB or more is not kept. Returns the facts (a copy once kept)."""
         if key in self.memo:
             data, facts = self.memo[key]
-            path.write_bytes(data)
+            writer.fill(path, data)
             return copy.deepcopy(facts)
         facts = make()
         alone = not [p for p in path.parent.iterdir() if p != path and p.name.startswith(path.stem)]

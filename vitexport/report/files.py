@@ -5,13 +5,14 @@ replaced together or not at all, and never over a file vitexport did not write."
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from vitexport.bench.stored import check_writable, report_paths
+from vitexport.bench.stored import check_writable, report_paths, set_is_ours
+from vitexport.core import writer
 from vitexport.report import tables
 from vitexport.report.names import machine_label
 from vitexport.report.plots import write_plot
@@ -30,8 +31,14 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def write_json(report: dict, path: Path) -> None:
-    Path(path).write_text(json.dumps(json_safe(report), indent=2, default=str, allow_nan=False) + "\n")
+def json_text(report: dict) -> str:
+    return json.dumps(json_safe(report), indent=2, default=str, allow_nan=False) + "\n"
+
+
+def write_json(report: dict, path: Path, inputs: Iterable[Path] = (), flag: str = "--json") -> Path:
+    """The report alone at `path` (`bench --json PATH`): only over a JSON report vitexport wrote, never
+    over one of `inputs`."""
+    return writer.write(path, json_text(report), ours=writer.json_report_is_ours, inputs=inputs, flag=flag)
 
 
 def csv_records(report: dict) -> list[dict[str, Any]]:
@@ -47,17 +54,18 @@ def csv_records(report: dict) -> list[dict[str, Any]]:
     return out
 
 
-def write_csv(report: dict, path: Path) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, restval="")
-        writer.writeheader()
-        for rec in csv_records(report):
-            # Six significant digits: far below timing noise, and readable.
-            writer.writerow({k: "" if v is None else float(f"{v:.6g}") if isinstance(v, float) else v
-                             for k, v in rec.items()})
+def csv_text(report: dict) -> str:
+    text = io.StringIO(newline="")
+    table = csv.DictWriter(text, fieldnames=CSV_FIELDS, restval="")
+    table.writeheader()
+    for rec in csv_records(report):
+        # Six significant digits: far below timing noise, and readable.
+        table.writerow({k: "" if v is None else float(f"{v:.6g}") if isinstance(v, float) else v
+                        for k, v in rec.items()})
+    return text.getvalue()
 
 
-def write_markdown(report: dict, path: Path) -> None:
+def markdown_text(report: dict) -> str:
     from vitexport.bench.conditions import describe
 
     lines = [f"# vitexport bench: {report.get('model') or ''}".rstrip(), ""]
@@ -100,35 +108,25 @@ def write_markdown(report: dict, path: Path) -> None:
         lines += ["## Roofline", "", "\"of GEMM\" is model GFLOP × images/s divided by the best rate the row's "
                   "basis reached in this run's rounds (its processor, at its precision).", ""]
         lines += [f"- {line}" for line in roof] + [""]
-    Path(path).write_text("\n".join(lines).rstrip() + "\n")
+    return "\n".join(lines).rstrip() + "\n"
 
 
-def write_html(report: dict, path: Path) -> None:
+def html_text(report: dict, name: str) -> str:
     from vitexport.report.html import render
 
     # The page is rendered from the report as its JSON holds it (unknown numbers as null).
-    Path(path).write_text(render([(Path(path).name, json_safe(report))]), encoding="utf-8")
+    return render([(name, json_safe(report))])
 
 
-def write_all(report: dict, stem: Path, inputs: Iterable[Path] = ()) -> dict[str, str]:
-    """Write JSON, CSV, Markdown, PNG and HTML side by side and return their paths. Each is written under
-    a temporary name first and renamed into place only when all five are complete: an interrupted run
-    leaves the previous set (or nothing), never half a file."""
+def write_all(report: dict, stem: Path, inputs: Iterable[Path] = (), flag: str = "--out") -> dict[str, str]:
+    """Write JSON, CSV, Markdown, PNG and HTML side by side and return their paths, through the writer:
+    all five complete under temporary names before any is renamed into place (the JSON, which marks
+    the set as vitexport's, last), so an interrupted or failed run leaves the previous set whole."""
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    check_writable(stem, inputs)
+    check_writable(stem, inputs, flag)
     paths = report_paths(stem)
-    partial = {ext: p.with_name(f".{p.stem}.{os.getpid()}.partial.{ext}") for ext, p in paths.items()}
-    try:
-        write_json(report, partial["json"])
-        write_csv(report, partial["csv"])
-        write_markdown(report, partial["md"])
-        write_plot(report, partial["png"])
-        write_html(report, partial["html"])
-        for ext, p in paths.items():
-            os.replace(partial[ext], p)
-    finally:
-        for p in partial.values():
-            p.unlink(missing_ok=True)
+    files = {paths["csv"]: csv_text(report), paths["md"]: markdown_text(report),
+             paths["png"]: lambda tmp: write_plot(report, tmp), paths["html"]: html_text(report, paths["html"].name),
+             paths["json"]: json_text(report)}
+    writer.write_together(files, ours=set_is_ours(stem), inputs=inputs, flag=flag)
     return {k: str(v) for k, v in paths.items()}
-

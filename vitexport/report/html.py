@@ -11,7 +11,6 @@ over a file vitexport did not write.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -269,25 +268,16 @@ def is_ours(path: Path) -> bool:
 
 def check_page_writable(path: Path, inputs: Iterable[Path] = ()) -> None:
     """Refuse (exit 2) to replace anything but a page vitexport wrote, or one of the given reports."""
-    path = Path(path)
-    if not (path.exists() or path.is_symlink()):
-        return
-    for given in inputs:
-        if Path(given).exists() and path.exists() and path.samefile(given):
-            raise UsageError(f"{path} is one of the reports given; writing there would replace it: give another --out")
-    if path.is_symlink() or not path.is_file() or not is_ours(path):
-        raise UsageError(f"{path} exists and is not a page vitexport wrote; move it away or give another --out")
+    from vitexport.core import writer
+
+    writer.check(path, ours=is_ours, inputs=inputs)
 
 
-def write_page(named: list[tuple[str, dict]], path: Path) -> None:
-    """Render and write the page whole: under a temporary name, then renamed into place."""
-    text = render(named)
-    partial = Path(path).with_name(f".{Path(path).name}.{os.getpid()}.partial")
-    try:
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+def write_page(named: list[tuple[str, dict]], path: Path, inputs: Iterable[Path] = ()) -> None:
+    """Render and write the page whole, through the writer (a temporary name, then renamed into place)."""
+    from vitexport.core import writer
+
+    writer.write(path, render(named), ours=is_ours, inputs=inputs)
 
 
 def default_page(paths: list[Path]) -> Path:
@@ -310,8 +300,7 @@ def page_from_files(paths: list[Path], out: Path | None = None) -> dict[str, Any
     named = [(str(p), load(Path(p))) for p in paths]
     if len(named) > 1 and any(r.get("matrix") or r.get("sources") for _, r in named):
         raise UsageError("give one matrix or compare report, or several bench reports of one machine")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_page(named, out)
+    write_page(named, out, paths)
     reports = [r for _, r in named]
     what = page.kind(reports)
     shown = reports if what != "history" else [max(reports, key=lambda r: (r.get("fingerprint") or {})

@@ -334,7 +334,9 @@ def bench_report(result: dict[str, Any]) -> None:
                           soft_wrap=True)
     for warning in result.get("warnings", []):
         stderr_console().print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
-    console.print("reports: " + ", ".join(result["files"].values()), highlight=False, soft_wrap=True)
+    files = result.get("files")  # a run that failed wrote none: the earlier reports stand
+    console.print("reports: " + (", ".join(files.values()) if files else "none written (earlier ones are kept)"),
+                  highlight=False, soft_wrap=True)
 
 
 def compare_report(merged: dict[str, Any]) -> None:

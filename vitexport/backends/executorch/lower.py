@@ -12,6 +12,7 @@ from pathlib import Path
 
 from vitexport.backends.executorch.libs import missing
 from vitexport.backends.executorch.options import ExecuTorchOptions
+from vitexport.core import writer
 from vitexport.core.errors import ExportError, VitexportError
 
 DELEGATE_IDS = {"xnnpack": "XnnpackBackend", "coreml": "CoreMLBackend", "portable": None}
@@ -51,8 +52,7 @@ def _export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:
             edge = _stage("lower", timings, lambda: _lower(program, partitioners))
         info["delegation"] = _summary(edge, options)
         pte = _stage("to_executorch", timings, edge.to_executorch)
-    with open(out_path, "wb") as f:
-        pte.write_to_file(f)
+    writer.fill(out_path, pte.buffer)
     if options.delegate == "coreml":
         info["coreml"] = {"target": options.target, "compute_precision": options.precision,
                           "whole_program": _whole(info["delegation"])}

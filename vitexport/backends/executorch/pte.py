@@ -13,6 +13,7 @@ import os
 import struct
 from pathlib import Path
 
+from vitexport.core import writer
 from vitexport.core.errors import RuntimeFailure
 
 HEADER_BYTES = 64
@@ -97,7 +98,7 @@ def _unflatten(blob: bytes, out: Path) -> None:
                 write(child, target, depth + 1)
         else:
             region = node["dataRegion"]
-            target.write_bytes(blob[region["offset"]:region["offset"] + region["size"]])
+            writer.fill(target, blob[region["offset"]:region["offset"] + region["size"]])
 
     out.mkdir(parents=True, exist_ok=True)
     write(len(nodes) - 1, out)

@@ -83,6 +83,9 @@ class TensorRTBackend(Backend):
     def name_tag(self, options: TensorRTOptions) -> str:
         return "" if options.precision == "fp32" else f"-{options.precision}"
 
+    def batch_is_dynamic(self, options: TensorRTOptions) -> bool:
+        return options.dynamic  # a --max-batch above --min-batch makes the profile dynamic too
+
     def upstream_options(self, options: TensorRTOptions):
         from vitexport import backends
 

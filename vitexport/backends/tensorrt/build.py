@@ -11,7 +11,8 @@ import numpy as np
 from vitexport.backends.onnx_common.quantize import is_qdq, to_qdq_int8
 from vitexport.backends.tensorrt import generations
 from vitexport.backends.tensorrt.options import TensorRTOptions, validate
-from vitexport.core.environment import atomic_path, gpu_facts, jetson_facts, sha256_file, write_atomic
+from vitexport.core.environment import gpu_facts, jetson_facts, sha256_file
+from vitexport.core.writer import atomic_path, write_atomic
 from vitexport.core.errors import BackendUnavailable, ExportError, UsageError
 
 # Without explicit targets TensorRT-RTX builds engines portable across these (its documented default).

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from vitexport.backends.base import DeviceCheck, DeviceTarget, device_source
 from vitexport.backends.tensorrt import bundle_templates as templates
 from vitexport.backends.tensorrt.options import TensorRTOptions
+from vitexport.core import writer
 from vitexport.core.errors import ParityError, UsageError
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ def device_check(path: Path, record: "ArtifactRecord", target: DeviceTarget) -> 
 
     def extra(folder: Path) -> None:
         """The build script, and the typed ONNX when the engine's own build did not leave one."""
-        (folder / BUILD_SCRIPT).write_text(build_script(lines))
+        writer.fill(folder / BUILD_SCRIPT, build_script(lines))
         if typed is not None and not (folder / typed.name).exists():
             _make_typed(onnx, folder / typed.name, options, record)
 

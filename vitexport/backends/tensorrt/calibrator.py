@@ -42,7 +42,7 @@ def make_calibrator(trt, images: np.ndarray, cache: Path):
             return self.cache.read_bytes() if self.cache.exists() else None
 
         def write_calibration_cache(self, data):
-            from vitexport.core.environment import write_atomic
+            from vitexport.core.writer import write_atomic
 
             write_atomic(self.cache, bytes(data))
 

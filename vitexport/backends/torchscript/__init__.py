@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ from vitexport.backends.base import (
     device_source,
     output_names,
 )
+from vitexport.core import writer
 from vitexport.core.errors import ExportError, RuntimeFailure
 
 if TYPE_CHECKING:
@@ -74,9 +76,11 @@ class TorchScriptBackend(Backend):
             with torch.no_grad(), export_mode(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # tracer chatter; parity at batch 1 and 3 is the real test
                 traced = torch.jit.trace(loaded.model, example, check_trace=True, strict=False)
-            traced.save(str(out_path))
+            program = io.BytesIO()
+            torch.jit.save(traced, program)  # in memory: torch's own file writer aborts the process on a full disk
         except Exception as e:
             raise ExportError(f"TorchScript trace failed: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+        writer.fill(out_path, program.getvalue())
         return Artifact(out_path, self.name, input_names=[options.input_name],
                         output_names=output_names(loaded, options), dynamic_batch=options.dynamic_batch,
                         info={"trace_batch": batch})

@@ -78,7 +78,7 @@ class Given:
         """A bench report vitexport wrote (fake workers: no real timing)."""
         path = path or self.tmp / "given" / "r.json"
         install(self.monkeypatch)
-        result = invoke(*BENCH, "--out", self.tmp / "given-out", "--json", path)
+        result = invoke(*BENCH, "--out", self.tmp / "given-out", "--json-path", path)
         assert result.exit_code == 0, result.stderr
         return path
 

@@ -18,6 +18,7 @@ from vitexport import backends
 from vitexport.backends.base import Candidate
 from vitexport.core.errors import BackendUnavailable, ParityError, UsageError
 from vitexport.core.progress import ProgressLike, as_progress
+from vitexport.core.words import milliseconds
 from vitexport.export import sidecar
 from vitexport.export.pipeline import Gate, export
 from vitexport.models.sources import SourceSpec
@@ -231,7 +232,7 @@ def reason(chosen: dict, rows: list[dict], target: str, batches: list[int]) -> d
     whys = []
     for batch in batches:
         mine = speed_at(chosen, batch)
-        whys.append(f"{mine['p50_ms']:.3g} ms p50 at batch {batch} in {chosen['runtime']}"
+        whys.append(f"{milliseconds(mine['p50_ms'])} p50 at batch {batch} in {chosen['runtime']}"
                     + (f", {mine['speedup']:.2f}x {base['candidate']} in {base['runtime']}"
                        if mine.get("speedup") and base is not None and base is not chosen else ""))
     others = {r["candidate"]: _standing(r, batches) for r in rows if r is not chosen}
@@ -248,4 +249,4 @@ def _standing(row: dict, batches: list[int]) -> str:
     if not any(t for _, t in times):
         return "not timed"
     at = (lambda b: f" at batch {b}") if len(batches) > 1 else (lambda b: "")
-    return "; ".join(f"{t:.3g} ms{at(b)}" for b, t in times if t) + f" in {row['runtime']}"
+    return "; ".join(f"{milliseconds(t)}{at(b)}" for b, t in times if t) + f" in {row['runtime']}"

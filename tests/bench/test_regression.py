@@ -254,7 +254,7 @@ def test_library_versions_may_differ():
 def bench_cli(tmp_path, name, *extra):
     out = tmp_path / name
     return invoke("bench", *TINY, "--backend", "torch", "--backend", "torch-cuda", "--batch", "1", "--batch", "2",
-                  "--no-roofline", "--budget-s", "1", "--out", out, "--json", tmp_path / f"{name}.json", *extra)
+                  "--no-roofline", "--budget-s", "1", "--out", out, "--json-path", tmp_path / f"{name}.json", *extra)
 
 
 def test_bench_against_its_own_report_exits_0(monkeypatch, tmp_path):
@@ -373,7 +373,7 @@ def two_sides(onnx_export, tmp_path):
 
 def ab(tmp_path, cand, base, *extra):
     return invoke("bench", cand, "--backend", "onnxruntime", "--baseline", base, "--no-roofline", "--budget-s", "2",
-                  "--out", tmp_path / "out", "--json", tmp_path / "ab.json", *extra)
+                  "--out", tmp_path / "out", "--json-path", tmp_path / "ab.json", *extra)
 
 
 @pytest.mark.parametrize("ratio,code", [(1.0, 0), (1.1, 5), (1.33, 5)])
@@ -405,7 +405,7 @@ def test_ab_pairs_the_torch_rows_too_and_needs_both_sides(monkeypatch, tmp_path,
         else None
     cand, base = two_sides(onnx_export, tmp_path)
     result = invoke("bench", cand, "--baseline", base, "--no-roofline", "--budget-s", "1", "--out", tmp_path / "o",
-                    "--json", tmp_path / "ab.json")
+                    "--json-path", tmp_path / "ab.json")
     assert result.exit_code == 1, result.stderr  # the baseline's artifact could not run: no verdict possible
     assert "nothing could be timed" in result.stderr and "cannot load" in result.stderr
     # A failed run replaces nothing: no --json file, no report files; the table shows what happened.
@@ -418,14 +418,14 @@ def test_a_real_bench_against_a_forged_baseline(tmp_path):
     """Real workers: the row forged 100x faster fails, the row forged 100x slower passes."""
     args = ["bench", *TINY, "--backend", "torch", "--backend", "onnxruntime", "--batch", "1", "--iters", "16",
             "--warmup-iters", "1", "--warmup-s", "0", "--no-roofline", "--quiet"]
-    assert invoke(*args, "--out", tmp_path / "a", "--json", tmp_path / "a.json").exit_code == 0
+    assert invoke(*args, "--out", tmp_path / "a", "--json-path", tmp_path / "a.json").exit_code == 0
     forged = json.loads((tmp_path / "a.json").read_text())
     for r in forged["results"]:
         factor = 0.01 if r["backend"] == "onnxruntime" else 100
         r["per_round"]["median_ms"] = [m * factor for m in r["per_round"]["median_ms"]]
     (tmp_path / "forged.json").write_text(json.dumps(forged))
     for attempt in range(3):  # a shared VM in a slow phase makes the stored gate say "inconclusive", by design
-        result = invoke(*args, "--out", tmp_path / "b", "--json", tmp_path / "b.json",
+        result = invoke(*args, "--out", tmp_path / "b", "--json-path", tmp_path / "b.json",
                         "--baseline", tmp_path / "forged.json")
         if not (result.exit_code == 0 and "inconclusive: the machine was disturbed" in result.stderr):
             break

@@ -114,9 +114,9 @@ def test_bench_batch_auto_reports_the_knee_in_table_and_json(monkeypatch, tmp_pa
     fake = install(monkeypatch, Fake(model_ms=lambda job, batch: 1000.0 * batch / saturating(batch)))
     result = CliRunner().invoke(app, ["bench", "--config", "tiny", "--set", "depth=1", "--backend", "torch",
                                       "--batch", "auto", "--latency-budget-ms", "35", "--no-roofline", "--budget-s",
-                                      "1", "--out", str(tmp_path / "out"), "--json", str(tmp_path / "r.json")])
+                                      "1", "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.stderr
-    data = json.loads((tmp_path / "r.json").read_text())
+    data = json.loads((tmp_path / "out" / "bench-tiny.json").read_text())
     (found,) = data["sweeps"]
     assert found["knee_batch"] == 8 and found["knee_ips"] == pytest.approx(saturating(8), rel=0.03)
     assert found["stopped"].startswith("batch 16: p50") and [s["batch"] for s in found["steps"]] == [1, 2, 4, 8, 16]

@@ -146,10 +146,12 @@ def test_bad_input_exits_with_one_line(tmp_path, args, code, message):
 def test_bench_and_compare_end_to_end(tmp_path):
     args = ["bench", "--config", "tiny", "--set", "depth=1", "--backend", "torch", "--backend", "onnxruntime",
             "--backend", "torch-cuda", "--batch", "1", "--batch", "2", "--iters", "3", "--warmup-iters", "1",
-            "--warmup-s", "0", "--no-roofline", "--out", tmp_path, "--json", tmp_path / "r.json"]
+            "--warmup-s", "0", "--no-roofline", "--out", tmp_path, "--json"]
     result = invoke(*args)
     assert result.exit_code == 0, result.stderr
-    data = json.loads((tmp_path / "r.json").read_text())
+    data = json.loads(result.stdout)
+    written = json.loads((tmp_path / "bench-tiny.json").read_text())
+    assert {k: v for k, v in data.items() if k != "files"} == written  # stdout: the report it wrote, and where
     rows = {(r["backend"], r["batch_size"]): r for r in data["results"]}
     assert set(rows) == {(b, n) for b in ("torch", "onnxruntime", "torch-cuda") for n in (1, 2)}
     for key in (("torch", 1), ("onnxruntime", 2)):
@@ -165,10 +167,10 @@ def test_bench_and_compare_end_to_end(tmp_path):
     check = rows[("onnxruntime", 1)]["verification"]
     assert check["status"] == "verified" and check["cosine_similarity"] > 0.9999
     assert "vitexport bench" in (tmp_path / "bench-tiny.html").read_text()
-    merged = invoke("compare", tmp_path / "r.json", tmp_path / "r.json", "--out", tmp_path / "merged", "--json")
+    merged = invoke("compare", tmp_path / "bench-tiny.json", tmp_path / "bench-tiny.json", "--out", tmp_path / "merged", "--json")
     assert merged.exit_code == 0 and json.loads(merged.stdout)["ranking"]["1"]
-    assert json.loads(merged.stdout)["files"]["html"] == str(tmp_path / "merged.html")
-    assert "vitexport compare" in (tmp_path / "merged.html").read_text()
+    assert json.loads(merged.stdout)["files"]["html"] == str(tmp_path / "merged" / "compare.html")
+    assert "vitexport compare" in (tmp_path / "merged" / "compare.html").read_text()
 
 
 def test_bench_rejects_unknown_backends(tmp_path):
@@ -191,14 +193,14 @@ def test_error_text_with_brackets_survives(tmp_path, monkeypatch):
 def test_coreml_command_maps_its_flags(tmp_path):
     pytest.importorskip("coremltools")
     result = invoke("coreml", "--config", "tiny", *FAST, "--precision", "fp32", "--target", "iOS18",
-                    "--batch-sizes", "1,2", "--author", "Team", "--out", tmp_path, "--json")
+                    "--batch", "1", "--batch", "2", "--author", "Team", "--out", tmp_path, "--json")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["options"]["target"] == "iOS18" and data["options"]["batch_sizes"] == [1, 2]
     assert data["info"]["batch_sizes"] == [1, 2] and data["parity"]["batches"] == [1, 2]
     assert data["precision"] == "fp32" and data["parity"]["passed"]
-    bad = invoke("coreml", "--config", "tiny", "--batch-sizes", "1,two", "--out", tmp_path)
-    assert bad.exit_code == 2 and "--batch-sizes expects comma-separated integers" in bad.stderr
+    bad = invoke("coreml", "--config", "tiny", "--batch", "1,two", "--out", tmp_path)
+    assert bad.exit_code == 2 and "--batch expects comma-separated integers" in bad.stderr
 
 
 def test_tensorrt_command_maps_its_flags(tmp_path):

@@ -78,7 +78,7 @@ class Given:
         """A bench report vitexport wrote (fake workers: no real timing)."""
         path = path or self.tmp / "given" / "r.json"
         install(self.monkeypatch)
-        result = invoke(*BENCH, "--out", self.tmp / "given-out", "--json", path)
+        result = invoke(*BENCH, "--out", self.tmp / "given-out", "--json-path", path)
         assert result.exit_code == 0, result.stderr
         return path
 
@@ -124,17 +124,16 @@ CASES: dict[tuple[str, str], Case] = {
         with_input_there=lambda where, given: [*BENCH, "--out", where, "--baseline",
                                                given.report(where / f"{REPORT_STEM}.json")],
         fake_bench=True),
-    ("bench", "--json"): Case(
-        args=lambda where, given: [*BENCH, "--out", given.tmp / "bench-out", "--json", where],
+    ("bench", "--json-path"): Case(  # the older `--json PATH`, still taken
+        args=lambda where, given: [*BENCH, "--out", given.tmp / "bench-out", "--json-path", where],
         target=lambda where: where,
-        with_input_there=lambda where, given: [*BENCH, "--out", given.tmp / "bench-out", "--json", where,
+        with_input_there=lambda where, given: [*BENCH, "--out", given.tmp / "bench-out", "--json-path", where,
                                                "--baseline", given.report(where)],
         fake_bench=True),
     ("compare", "--out"): Case(
         args=lambda where, given: ["compare", given.report(), "--out", where],
-        target=lambda where: where.with_name(where.name + ".json"),
-        with_input_there=lambda where, given: ["compare", given.report(where.with_name(where.name + ".json")),
-                                               "--out", where]),
+        target=lambda where: where / "compare.json",
+        with_input_there=lambda where, given: ["compare", given.report(where / "compare.json"), "--out", where]),
     ("report", "--out"): Case(
         args=lambda where, given: ["report", given.report(), "--out", where],
         target=lambda where: where,

@@ -360,11 +360,11 @@ def test_compare_never_writes_over_a_report_it_was_given(tmp_path):
 
     from vitexport.cli.app import app
 
-    given = tmp_path / "a.json"
+    given = tmp_path / "compare.json"
     write_json(make_report([result("torch", 1, 20.0)]), given)
     before = given.read_bytes()
-    run = CliRunner().invoke(app, ["compare", str(given), "--out", str(tmp_path / "a")])
-    assert run.exit_code == 2 and "a.json is one of this run's inputs" in run.output
+    run = CliRunner().invoke(app, ["compare", str(given), "--out", str(tmp_path)])
+    assert run.exit_code == 2 and "compare.json is one of this run's inputs" in run.output
     assert given.read_bytes() == before
 
 
@@ -427,4 +427,24 @@ def test_non_finite_or_absurd_numbers_in_a_report_are_bad_input(tmp_path, comman
     assert "edited.json" in line and words in line and "internal error" not in line
     if "results[" not in words:
         assert "result 2 (onnxruntime fp32, batch 8)" in line
-    assert not (tmp_path / "merged.json").exists()
+    assert not (tmp_path / "merged" / "compare.json").exists()
+
+
+def test_out_is_the_folder_outputs_go_into_for_compare_and_report_too(tmp_path):
+    """compare writes compare.* into --out; report takes a folder like every command, or PAGE.html."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from vitexport.cli.app import app
+
+    given = tmp_path / "r.json"
+    write_json(make_report([result("torch", 1, 20.0)]), given)
+    merged = CliRunner().invoke(app, ["compare", str(given), "--out", str(tmp_path / "merged"), "--json"])
+    assert merged.exit_code == 0, merged.output
+    assert json.loads(merged.stdout)["files"]["json"] == str(tmp_path / "merged" / "compare.json")
+    page = CliRunner().invoke(app, ["report", str(given), "--out", str(tmp_path / "pages"), "--json"])
+    assert page.exit_code == 0, page.output
+    assert json.loads(page.stdout)["html"] == str(tmp_path / "pages" / "r.html")
+    named = CliRunner().invoke(app, ["report", str(given), "--out", str(tmp_path / "mine.html"), "--json"])
+    assert json.loads(named.stdout)["html"] == str(tmp_path / "mine.html")

@@ -54,6 +54,16 @@ def bench_targets() -> dict[str, "BenchTarget"]:
     return {t.name: t for be in all_backends() for t in be.bench_targets()}
 
 
+def bench_target_name(name: str) -> str:
+    """A bench target by its own name, or by the name of the backend that exports what it times, where
+    that is not a target itself: `onnx` (the export's name) is ONNX Runtime on the CPU, `onnxruntime`.
+    The first target a backend lists is its default."""
+    targets = bench_targets()
+    if name in targets:
+        return name
+    return next((t.name for t in targets.values() if t.backend == name), name)
+
+
 def tool_packages() -> tuple[str, ...]:
     """The one list of distributions whose versions sidecars, fingerprints and doctor report: what
     every result depends on, and what each registered backend adds."""

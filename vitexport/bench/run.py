@@ -60,6 +60,7 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
     from vitexport.export.staging import prepare_out_dir
 
     known = backends.bench_targets()
+    targets = [backends.bench_target_name(t) for t in targets]  # `onnx` as exported: `onnxruntime`
     unknown = [t for t in targets if t not in known]
     if unknown:
         raise UsageError(f"unknown bench backend(s) {', '.join(unknown)} (known: {', '.join(known)})")

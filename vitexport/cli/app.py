@@ -18,6 +18,7 @@ from vitexport.cli.exports import add_export_commands
 from vitexport.cli.inventory import configs, doctor
 from vitexport.cli.reports import report
 from vitexport.cli.running import reopen_closed_streams, said
+from vitexport.cli.spellings import modernised
 from vitexport.cli.timing import bench, compare, matrix, optimize
 from vitexport.core.termination import Terminated, signals_raise
 from vitexport.core.termination import exit_code as interrupted_exit_code
@@ -32,9 +33,12 @@ for command in (configs, verify, package, bench, optimize, compare, matrix, repo
 
 def main() -> None:
     closed = reopen_closed_streams()
+    argv, notices = modernised(sys.argv[1:])
+    for notice in notices:
+        said(notice)
     try:
         with signals_raise():
-            app()
+            app(argv, prog_name="vitexport")
     except SystemExit as e:
         if closed and e.code in (0, None):  # the work is done, but nobody saw its result
             said(f"vitexport: {' and '.join(closed)} closed: the command ran, its output was not shown")

@@ -34,12 +34,16 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
                help="Largest batch checked when the batch is dynamic (default: as exported).")] = None,
            provider: Annotated[Optional[list[str]], typer.Option(
                help="ONNX Runtime provider(s) for an .onnx artifact, e.g. CUDAExecutionProvider.")] = None,
+           device: Annotated[Optional[str], typer.Option(
+               help="Where it runs: the OpenVINO device an IR is checked on (CPU, GPU, NPU), as when exporting "
+                    "it.")] = None,
            allow_fallback: Annotated[bool, typer.Option(
-               help="Accept the provider ONNX Runtime falls back to when a requested one cannot start.")] = False,
+               help="Accept the provider a runtime falls back to when a requested one cannot start.")] = False,
            trust_code: TrustOpt = False, allow_pickle: PickleOpt = False,
            min_top1_agreement: Top1Opt = None, max_accuracy_drop: DropOpt = None,
-           baseline: Annotated[Optional[Path], typer.Option(
-               help="An earlier `verify --json` or export `--json` output: exit 5 when a parity number got worse "
+           baseline: Annotated[Optional[list[Path]], typer.Option(
+               help="What to compare with: exit 5 when worse beyond the margin. Here an earlier `verify --json` or export "
+                    "`--json` output, and worse is a parity number that got worse "
                     "beyond the margin."), INPUT] = None,
            max_error_growth: Annotated[Optional[float], typer.Option(
                help="With --baseline: how many times the baseline's max/mean abs error (and cosine distance) "
@@ -61,7 +65,7 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
     if device_report is not None or package_dir is not None:
         if artifact is not None or device_report is None:
             raise UsageError("give either an ARTIFACT or --device-report FILE (with --package DIR), not both")
-        given = {"--images": images, "--max-batch": max_batch, "--provider": provider, "--baseline": baseline,
+        given = {"--images": images, "--max-batch": max_batch, "--provider": provider, "--device": device, "--baseline": baseline,
                  "--max-error-growth": max_error_growth, "--allow-fallback": allow_fallback or None,
                  "--trust-code": trust_code or None, "--allow-pickle": allow_pickle or None}
         ignored = [flag for flag, value in given.items() if value is not None]
@@ -75,7 +79,11 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
         return
     if artifact is None:
         raise UsageError("give an ARTIFACT to verify, or --device-report FILE")
-    run = RunOptions(providers=tuple(provider), allow_fallback=allow_fallback) if provider else RunOptions()
+    if baseline and len(baseline) > 1:  # repeatable as bench's, but a verify compares with one earlier output
+        raise UsageError("verify compares with one --baseline (an earlier --json output); give it once")
+    baseline = baseline[0] if baseline else None
+    providers = [*(provider or []), *([device] if device else [])]
+    run = RunOptions(providers=tuple(providers), allow_fallback=allow_fallback) if providers else RunOptions()
     try:
         with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
             result = api.verify(artifact, atol=atol, rtol=rtol, images=images, max_batch=max_batch, run=run,
@@ -92,17 +100,18 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
 def package(artifact: Annotated[Path, typer.Argument(help="An artifact written by vitexport (its sidecar beside it)."),
                                 INPUT],
             target: Annotated[str, typer.Option(
-                "--target", "-t", help="Where it goes: linux, jetson, macos (a Python check), ios (an XCTest) or "
+                "--target", "-t", help="Where the artifact will run: linux, jetson, macos (a Python check), ios (an "
+                                       "XCTest) or "
                                        "android (an instrumented test).")],
             images: Annotated[Optional[Path], typer.Option(
-                "--images", help="Also carry these images, preprocessed as the check must, among the golden "
-                                 "inputs."), INPUT] = None,
+                "--images", help="Images to check on, carried among the golden inputs, preprocessed as the check "
+                                 "must."), INPUT] = None,
             out: Annotated[Optional[Path], typer.Option(
-                "--out", "-o", help="Folder the package folder goes into (default: the artifact's)."),
+                "--out", "-o", help="Folder the output goes into: the package's folder (default: the artifact's)."),
                 Output("folder")] = None,
             as_json: JsonOpt = False, trust_code: TrustOpt = False, allow_pickle: PickleOpt = False,
             force: Annotated[bool, typer.Option(
-                "--force", help="Replace a folder of the package's name that vitexport did not write.")] = False,
+                "--force", help="Replace a file or folder of the output's name that vitexport did not write.")] = False,
             quiet: QuietOpt = False) -> None:
     """Write a deploy package: the artifact, golden inputs with PyTorch's outputs, and a check that proves
     it on the device (judge its report with `vitexport verify --device-report`)."""

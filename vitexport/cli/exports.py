@@ -39,11 +39,11 @@ def option_params(options_cls: type) -> list[tuple[dataclasses.Field, inspect.Pa
             continue
         kind, is_list, item = _flag_type(hints[f.name])
         flag = flag_of(f)
-        if is_list:
-            default = ",".join(map(str, f.default)) if f.default else None
+        if is_list:  # repeatable, and each value may be a comma list: --batch 1 --batch 4 is --batch 1,4
+            default = [",".join(map(str, f.default))] if f.default else None
             opt = typer.Option(flag, help=help_of(f), metavar="A,B,...")
-            param = command_param(f.name, Annotated[Optional[str], opt], default)
-            convert = functools.partial(parse_list, item=item, flag=flag)
+            param = command_param(f.name, Annotated[Optional[list[str]], opt], default)
+            convert = functools.partial(_joined_list, item=item, flag=flag)
         elif kind is bool:
             names = flag if not f.default else f"{flag}/--no-{flag[2:]}"
             param = command_param(f.name, Annotated[bool, typer.Option(names, help=help_of(f))], f.default)
@@ -58,6 +58,10 @@ def option_params(options_cls: type) -> list[tuple[dataclasses.Field, inspect.Pa
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _joined_list(values: list[str] | None, item: Callable, flag: str) -> tuple:
+    return parse_list(",".join(values) if values else None, item=item, flag=flag)
 
 
 def export_command(be) -> Callable:

@@ -77,7 +77,7 @@ PickleOpt = Annotated[bool, typer.Option("--allow-pickle", help="Allow unpicklin
 ShapeOpt = Annotated[Optional[str], typer.Option("--input-shape", help="N,C,H,W (default: from preset/model).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a preset field, e.g. depth=2.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random init and check inputs.")]
-OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output directory."), Output("folder")]
+OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder the output goes into."), Output("folder")]
 NameOpt = Annotated[Optional[str], typer.Option(
     "--name", help="Artifact name without suffix (default: from the model and its --set overrides).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
@@ -93,10 +93,11 @@ DropOpt = Annotated[Optional[float], typer.Option(
 TrustOpt = Annotated[bool, typer.Option(
     "--trust-code", help="Allow importing the Python file or module a sidecar names to rebuild its model.")]
 ImagesOpt = Annotated[Optional[Path], typer.Option(
-    "--images", help="Also check on these images (labels from a numeric file-name prefix, e.g. 3_0001.png)."), INPUT]
+    "--images", help="Images to check on, beside the seeded ones (labels from a numeric file-name prefix, e.g. "
+                    "3_0001.png)."), INPUT]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr (errors are still shown).")]
 ForceOpt = Annotated[bool, typer.Option(
-    "--force", help="Replace a file or folder of the artifact's name that vitexport did not write.")]
+    "--force", help="Replace a file or folder of the output's name that vitexport did not write.")]
 
 
 def command_param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
@@ -119,13 +120,16 @@ EXPORT_PARAMS = SOURCE_PARAMS + [
 
 def source_spec(config: Optional[str], model: Optional[str], weights: Optional[Path], allow_pickle: bool,
                 input_shape: Optional[str], overrides: Optional[list[str]], seed: int):
-    """The model the source options name: a preset (--config), any other source (--model), else tiny."""
+    """The model the source options name: a preset (--config) or any other source (--model). Neither is
+    bad input: quietly exporting a default model would hand the user an artifact they did not ask for."""
     from vitexport.models.presets import parse_overrides
     from vitexport.models.sources import SourceSpec, parse_input_shape
 
     if config and model:
         raise UsageError("give either --config or --model, not both")
-    spec = config or model or "tiny"
+    spec = config or model
+    if not spec:
+        raise UsageError("name the model: --config NAME (a preset; `vitexport configs` lists them) or --model SPEC")
     return SourceSpec(model=spec, overrides=parse_overrides(overrides or []), weights=str(weights) if weights else None,
                       allow_pickle=allow_pickle, input_shape=parse_input_shape(input_shape) if input_shape else None,
                       seed=seed)

@@ -6,7 +6,6 @@ Imported by CLI commands when they run, never by `vitexport --help`."""
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Iterator
 
 from rich.markup import escape
@@ -22,6 +21,7 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 from rich.text import Text
 
+from vitexport.core import chatter
 from vitexport.core.progress import SILENT, Lines, Progress
 
 
@@ -93,7 +93,7 @@ def reporter(*, quiet: bool = False, machine_output: bool = False, stream=None) 
     """The progress reporter for one command: nothing with --quiet or JSON on stdout, bars when
     `stream` (stderr) is a terminal, lines otherwise. Bars are stopped before the block's result is
     printed, also when it raises."""
-    stream = stream if stream is not None else sys.stderr
+    stream = stream if stream is not None else chatter.stderr()
     if quiet or machine_output:
         yield SILENT
         return

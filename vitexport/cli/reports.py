@@ -11,6 +11,7 @@ import typer
 
 from vitexport.cli.options import INPUT, JsonOpt, Output
 from vitexport.cli.running import handle_errors
+from vitexport.core.words import count
 
 
 @handle_errors
@@ -18,8 +19,9 @@ def report(reports: Annotated[list[Path], typer.Argument(
                help="Report JSON files: one bench, compare or matrix report, or several bench reports of one "
                     "machine (a history)."), INPUT],
            out: Annotated[Optional[Path], typer.Option(
-               "--out", "-o", help="The page to write (default: beside the first report, REPORT.html; for several, "
-                                   "REPORT-history.html)."), Output("file")] = None,
+               "--out", "-o", help="Folder the output goes into, or the page itself (PAGE.html; default: beside the "
+                                   "first report, REPORT.html; for several, REPORT-history.html)."),
+               Output("file")] = None,
            as_json: JsonOpt = False) -> None:
     """Render a self-contained HTML page (sortable tables, latency vs cosine charts, history) from reports."""
     from vitexport.report.html import page_from_files
@@ -28,5 +30,5 @@ def report(reports: Annotated[list[Path], typer.Argument(
     if as_json:
         print(json.dumps(result, indent=2))
         return
-    print(f"wrote {result['html']} ({result['kind']} page, {result['rows']} rows"
+    print(f"wrote {result['html']} ({result['kind']} page, {count(result['rows'], 'row')}"
          + (f", {result['series']} history series" if result["series"] else "") + ")")

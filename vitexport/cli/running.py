@@ -6,29 +6,36 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import sys
-from typing import Callable
+from typing import Annotated, Callable
 
 import typer
 
+from vitexport.core import chatter
 from vitexport.core.errors import ExitCode, ParityError, RegressionError, VitexportError
 from vitexport.core.termination import Terminated
 from vitexport.core.termination import exit_code as interrupted_exit_code
+
+VerboseOpt = Annotated[bool, typer.Option(
+    "--verbose", help="Also show what libraries wrote to stderr (held back otherwise; or VITEXPORT_VERBOSE=1).")]
 
 # What an interrupted command leaves, when it is not "nothing at the target path".
 AFTER_INTERRUPTION = {"matrix": "the cells that finished are kept: run it again to resume"}
 
 
 def handle_errors(fn: Callable) -> Callable:
-    """Turn library exceptions into one line on stderr and the contract's exit code."""
+    """Turn library exceptions into one line on stderr and the contract's exit code; hold back what
+    libraries write to stderr while the command runs (every command gets `--verbose` to show it)."""
     from vitexport.report.terminal import escape, stderr_console
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args, verbose: bool = False, **kwargs):
         as_json = kwargs.get("as_json", False)
         try:
-            return fn(*args, **kwargs)
+            with chatter.held_back(verbose or chatter.verbose_from_environment()):
+                return fn(*args, **kwargs)
         except ParityError as e:
             from vitexport.report.terminal import emit, emit_optimize
 
@@ -64,14 +71,18 @@ def handle_errors(fn: Callable) -> Callable:
                                    "(set VITEXPORT_DEBUG=1 for a traceback)", highlight=False, soft_wrap=True)
             raise typer.Exit(ExitCode.FAILURE)
 
+    signature = inspect.signature(fn, eval_str=True)  # Typer reads a given signature as it stands
+    verbose = inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=VerboseOpt)
+    wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), verbose])
     return wrapper
 
 
 def said(line: str) -> None:
     """One line on stderr, which may already be gone (a closed terminal sends SIGHUP)."""
     try:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        stream = chatter.stderr()
+        stream.write(line + "\n")
+        stream.flush()
     except (OSError, ValueError):
         pass
 

@@ -40,9 +40,10 @@ def _bench_help() -> str:
 
 
 def _batches(values: Optional[list[str]]) -> "list[int] | str":
-    """--batch N (repeatable) or --batch auto."""
+    """--batch N (repeatable, or a comma list) or --batch auto."""
     if not values:
         return [1]
+    values = [part for v in values for part in str(v).split(",")]
     if "auto" in [v.strip().lower() for v in values]:
         if len(values) > 1:
             raise UsageError("--batch auto sweeps the batch itself; give it alone")
@@ -56,6 +57,13 @@ def _batches(values: Optional[list[str]]) -> "list[int] | str":
     return out
 
 
+def _fixed_batches(values: Optional[list[str]]) -> list[int]:
+    batches = _batches(values)
+    if batches == "auto":
+        raise UsageError("--batch auto is for bench's throughput sweep; give optimize batch sizes")
+    return batches
+
+
 @handle_errors
 def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
               help="Artifacts to time (sidecars beside them)."), INPUT] = None,
@@ -63,12 +71,13 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
           input_shape: ShapeOpt = None, overrides: SetOpt = None, seed: SeedOpt = 0,
           backend: Annotated[Optional[list[str]], typer.Option("--backend", "-b", help=_bench_help())] = None,
           batch: Annotated[Optional[list[str]], typer.Option(
-              "--batch", help="Batch size (repeatable), or auto: double it until throughput stops improving and "
+              "--batch", help="Batch sizes, repeatable or as a comma list (1,4,8), timed; or auto: double it until "
+                              "throughput stops improving and "
                               "report the knee.")] = None,
           latency_budget_ms: Annotated[Optional[float], typer.Option(
               help="With --batch auto: the largest p50 latency a batch may have.")] = None,
-          threads: Annotated[Optional[int], typer.Option(help="Threads for torch, ONNX Runtime and OpenMP "
-                                                                "(default: the usable cores).")] = None,
+          threads: Annotated[Optional[int], typer.Option(help="Threads for the timing: torch, ONNX Runtime "
+                                                                "and OpenMP alike (default: the usable cores).")] = None,
           warmup_iters: Annotated[int, typer.Option(help="Warm-up runs (at least).")] = 5,
           warmup_s: Annotated[float, typer.Option(help="Warm-up seconds (at least).")] = 1.0,
           iters: Annotated[Optional[int], typer.Option(help="Timed runs per row (default: fill --budget-s).")] = None,
@@ -76,17 +85,18 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
           roofline: Annotated[bool, typer.Option(help="Also measure the machine's GEMM rates.")] = True,
           label: Annotated[Optional[str], typer.Option(help="Name of this machine in merged reports.")] = None,
           allow_fallback: Annotated[bool, typer.Option(
-              help="Accept the provider ONNX Runtime falls back to when a GPU provider cannot start.")] = False,
+              help="Accept the provider a runtime falls back to when a requested one cannot start.")] = False,
           rounds: Annotated[Optional[int], typer.Option(
               help="Short rounds the rows take turns in (default: bursts of about 0.25 s that fill --budget-s, "
                    "at least 8).")] = None,
-          trust_code: TrustOpt = False, out: OutOpt = Path("vitexport-out"),
-          json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the JSON report here."),
-                               Output("file")] = None,
+          trust_code: TrustOpt = False, out: OutOpt = Path("vitexport-out"), as_json: JsonOpt = False,
+          json_path: Annotated[Optional[Path], typer.Option(
+              "--json-path", hidden=True, help="The older `--json PATH`: also write the JSON report here."),
+              Output("file")] = None,
           baseline: Annotated[Optional[list[Path]], typer.Option(
-              help="Artifacts to measure in the same rounds and compare with (repeatable; the CI gate), or an "
-                   "earlier bench JSON report of this machine: exit 5 when a row is slower beyond the margin."),
-              INPUT] = None,
+              help="What to compare with: exit 5 when worse beyond the margin. Here artifacts measured in the same "
+                   "rounds (repeatable; the CI gate), or an earlier bench JSON report of this machine (a row "
+                   "slower)."), INPUT] = None,
           max_slowdown: Annotated[Optional[float], typer.Option(
               help="With --baseline: the slowdown in percent the whole interval must exceed to fail (default 5 "
                    "against artifacts, 10 against a report).")] = None,
@@ -98,7 +108,7 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
     """Time each backend on identical inputs; print one table, write JSON, CSV, Markdown and a PNG plot."""
     from vitexport import api
     from vitexport.core import writer
-    from vitexport.report.files import write_json
+    from vitexport.report.files import json_safe, write_json
     from vitexport.report.terminal import bench_report
 
     inputs = [*(artifacts or []), *(baseline or []), *([weights] if weights else [])]
@@ -108,12 +118,15 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
     def show(result: dict, timed: bool = True) -> None:
         if json_path and timed:  # a run that timed nothing replaces nothing
             write_json(result, json_path, inputs)
-        bench_report(result)
+        if as_json:
+            print(json.dumps(json_safe(result), indent=2, default=str, allow_nan=False))
+        else:
+            bench_report(result)
 
     spec = source_spec(config, model, weights, allow_pickle, input_shape, overrides, seed) \
         if (config or model or not artifacts) else None
     try:
-        with progress_for(quiet) as progress:  # stdout is the table even with --json PATH: progress stays
+        with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
             result = api.bench(spec, backend or ["torch", "onnxruntime"], _batches(batch), artifacts=artifacts or [],
                                threads=threads, warmup_iters=warmup_iters, warmup_s=warmup_s, iters=iters,
                                budget_s=budget_s, seed=seed, out_dir=out, roofline=roofline, label=label,
@@ -134,11 +147,11 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
              seed: SeedOpt = 0, images: ImagesOpt = None,
              target: Annotated[str, typer.Option(help="Where the artifact will run: cpu or cuda.")] = "cpu",
              calibration_images: Annotated[Optional[Path], typer.Option(
-                 help="Images that calibrate the static int8 candidate (default: --images)."), INPUT] = None,
+                 help="Images that calibrate int8: the static int8 candidate (default: --images)."), INPUT] = None,
              min_top1_agreement: Top1Opt = None, max_accuracy_drop: DropOpt = None,
-             batch: Annotated[Optional[list[int]], typer.Option(
-                 "--batch", help="Batch sizes timed (repeatable): each has its pick; the first's is NAME-optimized, "
-                 "another batch's different pick NAME-optimized-bN.")] = None,
+             batch: Annotated[Optional[list[str]], typer.Option(
+                 "--batch", help="Batch sizes, repeatable or as a comma list (1,4,8), timed: each has its pick; the "
+                 "first's is NAME-optimized, another batch's different pick NAME-optimized-bN.")] = None,
              threads: Annotated[Optional[int], typer.Option(help="Threads for the timing.")] = None,
              budget_s: Annotated[float, typer.Option(
                  help="Seconds of timed runs per candidate and batch.")] = 3.0,  # optimize.BUDGET_S
@@ -156,7 +169,7 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
     spec = source_spec(config, model, weights, allow_pickle, input_shape, overrides, seed)
     with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
         result = run(spec, target=target, images=images, calibration_images=calibration_images,
-                     gate=api.Gate(min_top1_agreement, max_accuracy_drop), batches=batch or [1], out_dir=out,
+                     gate=api.Gate(min_top1_agreement, max_accuracy_drop), batches=_fixed_batches(batch), out_dir=out,
                      name=name, seed=seed, threads=threads, budget_s=budget_s, thorough=thorough,
                      progress=progress)
     emit_optimize(result, as_json)
@@ -164,9 +177,9 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
 
 @handle_errors
 def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON reports, e.g. from two machines."), INPUT],
-            out: Annotated[Path, typer.Option("--out", "-o", help="Stem of the merged report files."),
-                          Output("stem")] =
-            Path("vitexport-out/compare"),
+            out: Annotated[Path, typer.Option(
+                "--out", "-o", help="Folder the output goes into: the merged reports, compare.*."),
+                Output("folder")] = Path("vitexport-out"),
             as_json: JsonOpt = False) -> None:
     """Merge bench reports from several machines into one table and plot, ranked per batch size."""
     from vitexport.bench.stored import check_writable
@@ -174,11 +187,12 @@ def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON repor
     from vitexport.report.merge import merge, ranking
     from vitexport.report.terminal import compare_report
 
-    check_writable(out, reports)  # before any work: never over a given report or a user's file
+    stem = out / "compare"
+    check_writable(stem, reports)  # before any work: never over a given report or a user's file
     merged = merge(reports)
     ranks = ranking(merged)
     merged["ranking"] = {str(b): [f"{r['device_label']} {r['backend']}" for r in group] for b, group in ranks.items()}
-    merged["files"] = write_all(merged, out, reports)
+    merged["files"] = write_all(merged, stem, reports)
     if as_json:
         print(json.dumps(merged, indent=2, default=str))
         return
@@ -188,8 +202,9 @@ def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON repor
 @handle_errors
 def matrix(plan: Annotated[Path, typer.Argument(help="The plan: models, targets and bench settings (TOML, see "
                                                      "docs/matrix.md)."), INPUT],
-           out: Annotated[Path, typer.Option("--out", "-o", help="Matrix folder: artifacts, cache, reports."),
-                          Output("folder")] =
+           out: Annotated[Path, typer.Option(
+               "--out", "-o", help="Folder the output goes into: the matrix's artifacts, cache and reports."),
+               Output("folder")] =
            Path("vitexport-out/matrix"),
            workers: Annotated[int, typer.Option(
                help="Export processes on this machine; timings always run alone.")] = 1,
@@ -198,9 +213,9 @@ def matrix(plan: Annotated[Path, typer.Argument(help="The plan: models, targets 
                help="Run the cells on Ray: `local` starts a cluster here, an ADDRESS joins one (needs "
                     "vitexport[ray]).")] = None,
            device: Annotated[str, typer.Option(
-               help="This machine's name among the plan's devices (and a local Ray cluster's device).")] = "local",
+               help="Where it runs: this machine's name among the plan's devices (and a local Ray cluster's device).")] = "local",
            as_json: JsonOpt = False,
-           quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines on stderr.")] = False,
+           quiet: QuietOpt = False,
            ) -> None:
     """Export, verify and time models × targets × devices from a plan; cached, resumable, local or on Ray.
     Exit 4 if a cell failed its check, 1 if one raised, 3 if none could run here."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vitexport.core.errors import ExitCode
+from vitexport.core.words import milliseconds
 from vitexport.matrix.cache import Cache
 from vitexport.matrix.keys import Digests, digest, export_inputs, timing_inputs
 from vitexport.matrix.plan import Model, Plan, Target
@@ -273,7 +274,7 @@ def describe(cell: Cell) -> str:
     parts = [cell.status]
     if cell.status in OK:
         rows = [r for t in cell.timings for r in (t.record or {}).get("rows", []) if r.get("available")]
-        parts += [f"p50 {r['latency_ms']['p50']:.3g} ms at batch {r['batch_size']}" for r in rows]
+        parts += [f"p50 {milliseconds(r['latency_ms']['p50'])} at batch {r['batch_size']}" for r in rows]
         cosine = ((e.record or {}).get("parity") or {}).get("cosine_similarity")
         if cosine is not None:
             parts.append(f"cosine {cosine:.6f}")

@@ -15,8 +15,8 @@ def summary(merged: dict[str, Any]) -> None:
     m = merged["matrix"]
     if m["fastest"]:
         table = Table(title=f"vitexport matrix: {m['name']} — fastest verified artifact", title_justify="left")
-        for name in ("model", "device", "batch", "fastest", "p50 ms", "img/s", "cosine", "of"):
-            table.add_column(name, justify="right" if name in ("batch", "p50 ms", "img/s", "of") else "left")
+        for name in ("model", "device", "batch", "fastest", "p50 ms", "img/s", "cosine", "candidates"):
+            table.add_column(name, justify="right" if name in ("batch", "p50 ms", "img/s", "candidates") else "left")
         for f in m["fastest"]:
             b = f["best"]
             table.add_row(escape(f["model"]), escape(f["device"]), str(f["batch"]),

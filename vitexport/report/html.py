@@ -314,9 +314,9 @@ def page_from_files(paths: list[Path], out: Path | None = None) -> dict[str, Any
 
     if not paths:
         raise UsageError("give at least one report (a bench, compare or matrix JSON)")
-    out = Path(out) if out is not None else default_page(paths)
-    if out.suffix.lower() not in (".html", ".htm"):
-        raise UsageError(f"--out {out}: the page's name must end in .html")
+    # --out is the folder the page goes into, as everywhere, or the page itself (PAGE.html).
+    out = default_page(paths) if out is None else Path(out) if Path(out).suffix.lower() in (".html", ".htm") \
+        else Path(out) / default_page(paths).name
     check_page_writable(out, paths)
     named = [(str(p), load(Path(p))) for p in paths]
     if len(named) > 1 and any(r.get("matrix") or r.get("sources") for _, r in named):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vitexport.core.words import milliseconds
 from vitexport.report.tables import COLUMNS, by_batch, shorten, unavailable_note
 
 
@@ -45,7 +46,7 @@ def write_plot(report: dict, path: Path) -> None:
             lat_ax.plot([lat["p50"], lat["p90"]], [y, y], color=color, lw=6, alpha=0.45, solid_capstyle="butt")
             lat_ax.plot([lat["p99"]], [y], "|", color=color, markersize=12)
             lat_ax.plot([lat["p50"]], [y], "o", color=color)
-            lat_ax.annotate(f"{lat['p50']:.3g} ms" + (" (unstable)" if r.get("unstable") else ""),
+            lat_ax.annotate(milliseconds(lat['p50']) + (" (unstable)" if r.get("unstable") else ""),
                             (lat["p99"], y), xytext=(6, 0), textcoords="offset points", va="center", fontsize=8,
                             color=color)
             ips = r.get("throughput_ips") or 0

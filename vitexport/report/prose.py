@@ -4,6 +4,7 @@ GEMM rate a roofline share is taken against, the `--batch auto` sweeps, the verd
 
 from __future__ import annotations
 
+from vitexport.core.words import count
 from vitexport.report.names import jetson_line
 
 
@@ -91,7 +92,7 @@ def baseline_lines(comparison: dict) -> list[str]:
     from vitexport.bench.regression import verdict_text
 
     kind = "artifacts measured in the same rounds" if comparison.get("kind") == "artifacts" else "a stored report"
-    lines = [f"Compared with {comparison['path']} ({kind}): {len(comparison['compared'])} rows, "
+    lines = [f"Compared with {comparison['path']} ({kind}): {count(len(comparison['compared']), 'row')}, "
              f"{len(comparison['regressions'])} slower beyond the limit, "
              f"{len(comparison.get('inconclusive', []))} inconclusive ({comparison['rule']})."]
     label = {"slower": "slower", "ok": "within the margin", "inconclusive": "inconclusive", "undecided": "undecided"}

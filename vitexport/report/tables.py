@@ -331,7 +331,7 @@ def rich_table(report: dict, title: str = "vitexport bench"):
                 # Shortened here to keep the table readable; `unavailable()` gives the whole reason.
                 cells[name] += f"\n[dim]{escape(shorten(unavailable_note(r), 72))}[/dim]"
             elif r.get("unstable"):
-                cells[name] += f"\n[red]unstable: CV {r['cv']:.2f} > {r.get('unstable_cv', 0.1):.2f}[/red]"
+                cells[name] += f"\n[red]unstable: CV {r['cv']:.1%} > {r.get('unstable_cv', 0.1):.1%}[/red]"
             table.add_row(*cells)
         if i < len(groups) - 1:
             table.add_section()

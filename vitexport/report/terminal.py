@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from vitexport.core.words import milliseconds
+
 
 def escape(text: str) -> str:
     """Messages hold things like `vitexport[coreml]` that rich would read as markup."""
@@ -15,19 +17,29 @@ def escape(text: str) -> str:
     return rich_escape(text)
 
 
-def stderr_console():
+def new_console(*, stderr: bool = False, width: int | None = None):
+    """Every console vitexport prints through. Text is shown as written: no `:name:` becomes an emoji
+    (`androidx.test:runner:1.6.2` stays whole) and, off a terminal (a pipe, a CI log), prose is never
+    hard-wrapped at 80 columns. stderr is vitexport's own, the real one also while libraries' output
+    is held back."""
     from rich.console import Console
 
-    return Console(stderr=True)
+    from vitexport.core import chatter
+
+    out = Console(file=chatter.stderr() if stderr else None, width=width, emoji=False)
+    out.soft_wrap = not out.is_terminal
+    return out
+
+
+def stderr_console():
+    return new_console(stderr=True)
 
 
 def wide_console():
     """Benchmark tables have many numeric columns: never squeeze them below 110 columns."""
     import shutil
 
-    from rich.console import Console
-
-    return Console(width=max(shutil.get_terminal_size((110, 24)).columns, 110))
+    return new_console(width=max(shutil.get_terminal_size((110, 24)).columns, 110))
 
 
 def print_table(console, table) -> None:
@@ -70,17 +82,16 @@ def emit(result: dict[str, Any], as_json: bool) -> None:
 
 def export_result(result: dict[str, Any]) -> None:
     """An export's or a verification's outcome: the parity table, the checks, the artifact's path."""
-    from rich.console import Console
-
     parity = result.get("parity")
-    console = Console()
+    console = new_console()
     if parity and parity.get("skipped"):
         unverified(console, result)
     elif parity:
         print_table(console, parity_table(result))
         if any(c.get("max_abs_error") is not None and c.get("top1_agreement") is None for c in parity["checks"]):
+            advice = "" if parity.get("images") else "; --images checks real ones"
             console.print("top-1 n/d: not decisive (PyTorch's top-1 leads its runner-up by < 0.1 on these "
-                          "inputs); --images checks real ones", highlight=False, soft_wrap=True)
+                          f"inputs){advice}", highlight=False, soft_wrap=True)
         derived(console, result.get("info") or {})
         export_facts(console, result.get("info") or {})
         checks(console, parity)
@@ -105,7 +116,7 @@ def device_facts(console, result: dict[str, Any]) -> None:
     console.print(f"device: {escape(shown)}", highlight=False, soft_wrap=True)
     cases = (result.get("timings") or {}).get("cases")
     if isinstance(cases, dict) and cases:
-        parts = [f"{escape(str(name))} {t['p50_ms']:.3g} ms at batch {t.get('batch', '?')}"
+        parts = [f"{escape(str(name))} {milliseconds(t['p50_ms'])} at batch {t.get('batch', '?')}"
                  for name, t in cases.items() if isinstance(t, dict) and isinstance(t.get("p50_ms"), (int, float))]
         if parts:
             console.print("on-device p50 latency: " + "; ".join(parts), highlight=False, soft_wrap=True)
@@ -114,9 +125,7 @@ def device_facts(console, result: dict[str, Any]) -> None:
 
 def package_report(result: dict[str, Any]) -> None:
     """`vitexport package`: where the package is, what it holds, and how to prove it on the device."""
-    from rich.console import Console
-
-    console = Console()
+    console = new_console()
     cases = ", ".join(f"{c['name']} ({c['rows']})" for c in result["cases"])
     console.print(f"[green]packaged[/green] {escape(_file_name(result['artifact']))} for {result['target']} "
                   f"({result['runtime']}): {result['files']} files, golden cases {escape(cases)}, atol "
@@ -347,7 +356,6 @@ def compare_report(merged: dict[str, Any]) -> None:
 
 def presets(rows: list[dict]) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="vitexport presets", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
@@ -357,7 +365,7 @@ def presets(rows: list[dict]) -> None:
         table.add_row(r["name"], "x".join(map(str, r["image_size"])), str(r["patch_size"]), str(r["embed_dim"]),
                       str(r["depth"]), str(r["num_heads"]), str(r["mlp_dim"]), f"{r['params_m']:.1f}",
                       f"{r['gflops']:.1f}")
-    print_table(Console(), table)
+    print_table(new_console(), table)
 
 
 def agreement(images: dict) -> str:

@@ -25,13 +25,14 @@ DYNAMIC_BATCH_SIZES = (1, 3)
 
 @dataclass(frozen=True)
 class CoreMLOptions(ExportOptions):
-    precision: str = option("fp16", "Compute precision of the ML program.", choices=PRECISIONS)
-    target: str = option("iOS17", "Minimum deployment target.", choices=TARGETS)
+    precision: str = option("fp16", "What the artifact computes in.", choices=PRECISIONS)
+    target: str = option("iOS17", "Where the artifact will run: the oldest iOS it takes (its minimum deployment target).", choices=TARGETS)
     compress: str | None = option(None, "Weight compression (int4 needs iOS18).", choices=tuple(COMPRESSIONS))
     image_input: bool = option(False, "Take RGB 0-255 pixels; the model's mean/std is folded into the program.")
     labels: str | None = option(None, "Class names, one per line (stored in the package metadata).")
-    batch_sizes: tuple[int, ...] = option((), "Enumerated batch sizes, e.g. 1,4,8 (default: one fixed batch; "
-                                              "--dynamic-batch means 1,3 and --max-batch).", minimum=1, maximum=4096)
+    batch_sizes: tuple[int, ...] = option((), "Batch sizes, repeatable or as a comma list (1,4,8), the package "
+                                              "takes (enumerated; default: one fixed batch; --dynamic-batch means 1,3 and "
+                                              "--max-batch).", minimum=1, maximum=4096, flag="--batch")
     author: str | None = option(None, "Author recorded in the package.")
     license: str | None = option(None, "License recorded in the package.")
 
@@ -43,7 +44,7 @@ class CoreMLOptions(ExportOptions):
         if self.labels is not None:
             read_labels(Path(self.labels))
         if self.image_input and self.enumerated_batches():
-            raise UsageError("--image-input takes one fixed batch; drop --batch-sizes and --dynamic-batch")
+            raise UsageError("--image-input takes one fixed batch; drop --batch and --dynamic-batch")
 
     def enumerated_batches(self) -> list[int]:
         """The batch sizes the package accepts when it accepts several; [] for one fixed batch."""

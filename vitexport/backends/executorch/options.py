@@ -22,11 +22,11 @@ class ExecuTorchOptions(ExportOptions):
     delegate: str = option("xnnpack", "Backend the graph is delegated to: xnnpack (CPU, Android/iOS/Linux), coreml "
                                       "(Apple devices), or portable (no delegate: ExecuTorch's own kernels).",
                            choices=DELEGATES)
-    precision: str = option("fp32", "Precision the program computes in (int8: XNNPACK only).", choices=PRECISIONS)
+    precision: str = option("fp32", "What the artifact computes in (int8: XNNPACK only).", choices=PRECISIONS)
     quant: str = option("dynamic", "int8 scheme: dynamic (per-channel weights, activations quantised per run; no "
                                    "calibration) or static (activation ranges from --calibration-images).",
                         choices=QUANT_MODES)
-    calibration_images: str | None = option(None, "Images whose activation ranges static int8 is calibrated on.")
+    calibration_images: str | None = option(None, "Images that calibrate int8: the activation ranges static int8 is calibrated on.")
     decompositions: str = option("auto", "How attention, LayerNorm and indexing are expressed in the program: xnnpack "
                                          "(batched matmuls, 4-D means and slices, forms XNNPACK takes whole; same "
                                          "values), aten (PyTorch's core-ATen decompositions), or auto (xnnpack for "

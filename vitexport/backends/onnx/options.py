@@ -19,13 +19,13 @@ OPTIMIZERS = ("none", "slim", "ort", "auto")
 @dataclass(frozen=True)
 class OnnxOptions(ExportOptions):
     opset: int = option(17, "ONNX opset (legacy exporter 13-20, dynamo 17-23).", minimum=1)
-    exporter: str = option("auto", "legacy (TorchScript-based), dynamo (torch.export), or auto: legacy, then "
+    exporter: str = option("auto", "ONNX exporter: legacy (TorchScript-based), dynamo (torch.export), or auto: legacy, then "
                                    "dynamo if it fails.", choices=EXPORTERS)
-    precision: str = option("fp32", "What the graph computes in: fp32, fp16 (LayerNorm and Softmax kept in fp32) "
+    precision: str = option("fp32", "What the artifact computes in: fp32, fp16 (LayerNorm and Softmax kept in fp32) "
                                     "or int8 (ONNX Runtime quantization).", choices=PRECISIONS)
-    quant: str = option("dynamic", "int8 mode: dynamic (activations quantised at run time, no calibration) or "
+    quant: str = option("dynamic", "int8 scheme: dynamic (activations quantised at run time, no calibration) or "
                                    "static (QDQ, calibrated on --calibration-images).", choices=QUANT_MODES)
-    calibration_images: str | None = option(None, "Images that calibrate static int8 (often the --images folder).")
+    calibration_images: str | None = option(None, "Images that calibrate int8, static (often the --images folder).")
     calibration_method: str = option("minmax", "How static int8 picks activation ranges.",
                                      choices=CALIBRATION_METHODS)
     per_channel: bool = option(True, "int8 weight scales per output channel (symmetric) rather than per tensor.")

@@ -17,11 +17,11 @@ INFERENCE_PRECISIONS = ("auto", "f32", "bf16", "f16")
 
 @dataclass(frozen=True)
 class OpenVinoOptions(ExportOptions):
-    precision: str = option("fp32", "What the IR computes in: fp32 (pinned, never bf16 behind your back), bf16 "
+    precision: str = option("fp32", "What the artifact computes in: fp32 (pinned, never bf16 behind your back), bf16 "
                                     "(CPUs with native bf16: AVX-512 BF16 or AMX), fp16 (fp16 weights; fp16 "
                                     "arithmetic where the device has it) or int8 (NNCF post-training "
                                     "quantization, calibrated on --calibration-images).", choices=PRECISIONS)
-    device: str = option("CPU", "OpenVINO device the IR is checked on and meant for (an IR runs on any of them; "
+    device: str = option("CPU", "Where it runs: the OpenVINO device the IR is checked on and meant for (an IR runs on any of them; "
                                 "the check runs where the numbers will come from).", choices=DEVICES,
                          fold_case=True)
     calibration_images: str | None = option(None, "Images that calibrate int8 (often the --images folder).")

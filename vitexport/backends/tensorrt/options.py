@@ -30,15 +30,15 @@ class TensorRTOptions(ExportOptions):
 
     builder: str = option("auto", "Which TensorRT builds: tensorrt (standard, on the target), rtx (TensorRT-RTX, "
                                   "ahead of time without a GPU), or auto: tensorrt, then rtx.", choices=BUILDERS)
-    precision: str = option("fp32", "Engine precision.", choices=PRECISIONS)
+    precision: str = option("fp32", "What the artifact computes in.", choices=PRECISIONS)
     # Kept in fp32 in fp16 builds: ONNX op types ("LayerNormalization") or glob patterns over node and
     # layer names ("*/ln_1/*", "*norm*") for graphs where LayerNorm was decomposed into primitives.
     fp32_layers: tuple[str, ...] = option(DEFAULT_FP32_LAYERS, "Kept in fp32 in fp16/int8 builds: ONNX op types or "
                                                                "node-name globs such as */ln_1/* (comma separated).")
     min_batch: int = option(1, "Smallest batch of the profile.", minimum=1, maximum=4096)
     opt_batch: int | None = option(None, "Batch TensorRT tunes for (default: the max).", minimum=1, maximum=4096)
-    batch_buckets: tuple[int, ...] = option((), "One profile per bucket, e.g. 1,4,8 (ends at --max-batch).",
-                                            minimum=1, maximum=4096)
+    batch_buckets: tuple[int, ...] = option((), "Batch sizes, repeatable or as a comma list (1,4,8), the engine is built "
+                                                "for: one profile per bucket, ending at --max-batch.", minimum=1, maximum=4096, flag="--batch")
     workspace_mb: int = option(1024, "Builder workspace limit in MiB.", minimum=1, maximum=1 << 20)
     optimization_level: int | None = option(None, "Builder optimisation level.", minimum=0, maximum=5)
     timing_cache: str | None = option(None, "Folder for timing caches (keyed by GPU architecture and TensorRT "
@@ -49,7 +49,7 @@ class TensorRTOptions(ExportOptions):
     tf32: bool = option(False, "Let fp32 layers use TF32 (faster, ~1e-3 relative error).")
     rtx_targets: tuple[str, ...] = option((), "TensorRT-RTX compute targets (comma separated; default: its portable "
                                               "set).", choices=RTX_TARGETS, fold_case=True)
-    calibration_images: str | None = option(None, "Images for int8 calibration.")
+    calibration_images: str | None = option(None, "Images that calibrate int8.")
     calibration_cache: str | None = option(None, "int8 calibration cache (default: beside the engine).")
     bundle: str | None = option(None, "Also write the engine's Jetson package to this folder (what `vitexport "
                                       "package ENGINE --target jetson` writes: the ONNX, a build script, golden data, "

@@ -22,7 +22,7 @@ class OnnxRuntimeRunner:
     def __init__(self, folder: Path, settings: dict, args):
         import onnxruntime as ort
 
-        ort.set_default_logger_severity(3)  # a provider that cannot start is reported below, not logged
+        ort.set_default_logger_severity(4)  # a provider that cannot start (an error, 3) is reported below, not logged
         available = ort.get_available_providers()
         wanted = list(getattr(args, "provider", None) or [p for p in DEFAULT_ORDER if p in available])
         missing = [p for p in wanted if p not in available]
@@ -30,7 +30,7 @@ class OnnxRuntimeRunner:
             raise ImportError("this ONNX Runtime has no {} (it has {})".format(", ".join(missing),
                                                                                ", ".join(available)))
         options = ort.SessionOptions()
-        options.log_severity_level = 3
+        options.log_severity_level = 4
         if getattr(args, "threads", None):
             options.intra_op_num_threads = args.threads
         self.session = ort.InferenceSession(str(folder / settings["file"]), options, providers=wanted)

@@ -1,0 +1,92 @@
+"""Only vitexport's own words on the terminal: what libraries write (torch's deprecation warnings,
+ONNX Runtime's and ExecuTorch's C++ log lines) is held back unless `--verbose`, and text that comes
+from users or libraries is printed as written (no emoji codes, no markup, no hard wrap in a pipe)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TINY = ["--config", "tiny", "--set", "depth=1"]
+
+# The shapes library output takes: Python warnings (file:line: SomethingWarning, then the source
+# line), loggers' level prefixes, glog/ONNX Runtime/ExecuTorch C++ prefixes, tracebacks.
+LIBRARY_LINE = re.compile(r"\.py:\d+: \w*Warning|^\s+warnings\.warn|^(WARNING|INFO|DEBUG|ERROR)[: ]|"
+                          r"^\[?[EWIF]\d{4}|\[[EWI]:onnxruntime|^\[[a-z_]+\.(cpp|cc|h):\d+\]|cpuinfo|Traceback")
+
+
+def vitexport(args, cwd: Path, **env) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "vitexport", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **env})
+
+
+def library_lines(run: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in (run.stdout + run.stderr).splitlines() if LIBRARY_LINE.search(line)]
+
+
+def test_the_pattern_knows_library_lines():
+    for line in ("/x/torch/jit/_serialization.py:176: FutureWarning: `torch.jit.load` is deprecated.",
+                 "  warnings.warn(", "2026-11-26 [E:onnxruntime:Default, provider_bridge_ort.cc:2458] Failed",
+                 "[cpuinfo_utils.cpp:71] Reading file /sys/devices/soc0/image_version",
+                 "WARNING:root:Please specify parameters of num_heads and hidden_size"):
+        assert LIBRARY_LINE.search(line), line
+    for line in ("… exporting tiny to torchscript", "parity PASSED (atol 0.0001, rtol 0.001, min cosine 0.99999)",
+                 " random b=1   6.9e-07    1.7e-07   4.9e-05   1.0000000     n/d       1   yes"):
+        assert not LIBRARY_LINE.search(line), line
+
+
+@pytest.mark.parametrize("args", [
+    ["torchscript", *TINY],  # torch.jit.load's FutureWarning on reload
+    ["onnx", *TINY, "--optimize", "auto"],  # ONNX Runtime's fusion optimiser logs its advice
+])
+def test_an_export_prints_only_vitexports_words(tmp_path, args):
+    run = vitexport(args, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert library_lines(run) == []
+
+
+def test_verbose_shows_what_libraries_wrote(tmp_path):
+    run = vitexport(["torchscript", *TINY, "--verbose"], tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "what libraries wrote to stderr" in run.stderr
+    assert "torch.jit.load" in run.stderr  # the warning held back above is there, not lost
+
+
+def test_what_native_code_writes_to_descriptor_2_is_held_back_too():
+    """C and C++ libraries (ONNX Runtime, ExecuTorch's cpuinfo) write to file descriptor 2 directly."""
+    code = ("import os, sys, warnings\n"
+            "from vitexport.core import chatter\n"
+            "with chatter.held_back(verbose=sys.argv[1] == '1'):\n"
+            "    os.write(2, b'[cpuinfo_utils.cpp:71] from C++\\n')\n"
+            "    warnings.warn('from Python', FutureWarning)\n"
+            "    chatter.stderr().write('vitexport says\\n')\n")
+    quiet, verbose = (subprocess.run([sys.executable, "-c", code, flag], capture_output=True, text=True, timeout=60)
+                      for flag in "01")
+    assert quiet.stderr == "vitexport says\n"
+    assert verbose.stderr.startswith("vitexport says\n") and "from C++" in verbose.stderr \
+        and "from Python" in verbose.stderr
+
+
+def test_a_package_and_its_check_print_only_their_own_words(tmp_path):
+    assert vitexport(["onnx", *TINY, "--name", "m"], tmp_path).returncode == 0
+    run = vitexport(["package", "vitexport-out/m.onnx", "--target", "linux", "--out", "pk"], tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert library_lines(run) == []
+    check = subprocess.run([sys.executable, "check.py"], cwd=tmp_path / "pk" / "m-onnx-linux", capture_output=True,
+                           text=True, timeout=300)
+    assert check.returncode == 0, check.stderr
+    assert "PASS" in check.stdout
+    assert library_lines(check) == [] and check.stderr.strip() == ""
+
+
+def test_library_and_user_text_is_printed_as_written(tmp_path):
+    """`:runner:` would become an emoji and `[bold]` markup; in a pipe nothing is wrapped at 80 columns."""
+    name = "androidx.test:runner:1.6.2 [bold]" + "long" * 30
+    run = vitexport(["onnx", "--config", "tiny", "--set", f"{name}=1"], tmp_path)
+    assert run.returncode == 2
+    error = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and name in error[0]

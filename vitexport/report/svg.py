@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from vitexport.core.words import milliseconds
 from vitexport.report.page import FAILED, REFERENCE, UNVERIFIED, Point, Series, cosine_words
 
 W, H = 640, 300
@@ -224,7 +225,7 @@ def scatter(points: list[Point], metric: str, title: str) -> Chart:
         for p in front[1:]:  # a staircase: what is reachable at no more than each latency
             path += f"H{axes.x(p.latency):.1f}V{y(p.value):.1f}"
     marks = [Mark(x=axes.x(p.latency), y=y(p.value), status=p.status, key=p.key, number=n, front=p.front,
-                  words=(f"{n}. {p.label}: p50 {p.latency:.3g} ms, {metric} {words(p.value)}, {p.status}"
+                  words=(f"{n}. {p.label}: p50 {milliseconds(p.latency)}, {metric} {words(p.value)}, {p.status}"
                          + (", on the Pareto front" if p.front else "")))
              for n, p in enumerate(points, 1) if p.value is not None]
     legend = _legend(marks, [p.label for p in drawn])
@@ -244,11 +245,11 @@ def history_chart(series: Series, title: str) -> Chart:
     axes.log, axes.x0, axes.x1 = False, -0.5, len(pts) - 0.5
     marks = [Mark(x=axes.x(i), y=axes.y(p["p50"]), status="verified", key=f"{series.name}|{i}", number=i + 1,
                   low=axes.y(p["low"]), high=axes.y(p["high"]),
-                  words=(f"{p['when']} ({p['source']}): p50 {p['p50']:.3g} ms, "
-                         f"spread {p['low']:.3g}..{p['high']:.3g} ms"))
+                  words=(f"{p['when']} ({p['source']}): p50 {milliseconds(p['p50'])}, "
+                         f"spread {p['low']:.3g}..{milliseconds(p['high'])}"))
              for i, p in enumerate(pts)]
     first, last = pts[0]["p50"], pts[-1]["p50"]
     return Chart(title=title, frame=axes.frame("report, oldest first", "p50 ms (lower is better)", x_ticks=False),
                  marks=marks, line=" ".join(f"{m.x:.1f},{m.y:.1f}" for m in marks),
-                 description=f"p50 of {series.name} in {len(pts)} reports, from {first:.3g} ms to {last:.3g} ms.")
+                 description=f"p50 of {series.name} in {len(pts)} reports, from {milliseconds(first)} to {milliseconds(last)}.")
 

@@ -221,7 +221,10 @@ def test_report_replaces_its_own_page(tmp_path):
 
 @pytest.mark.parametrize("out", ["page.txt", "{input}"])
 def test_report_refuses_an_output_that_is_not_a_page(tmp_path, out):
+    """--out is the folder the page goes into (or PAGE.html): a user's file there is no folder, and the
+    run's input is no page."""
     (path,) = write_reports(tmp_path, 1)
+    (tmp_path / "page.txt").write_text("my notes")
     code, _, err = report_cli(path, "--out", out.format(input=path) if "{" in out else tmp_path / out)
     assert code == 2 and err.count("\n") == 1
 

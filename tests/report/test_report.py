@@ -448,3 +448,13 @@ def test_out_is_the_folder_outputs_go_into_for_compare_and_report_too(tmp_path):
     assert json.loads(page.stdout)["html"] == str(tmp_path / "pages" / "r.html")
     named = CliRunner().invoke(app, ["report", str(given), "--out", str(tmp_path / "mine.html"), "--json"])
     assert json.loads(named.stdout)["html"] == str(tmp_path / "mine.html")
+
+
+def test_a_long_kept_in_float_list_is_counted_not_printed_whole():
+    from vitexport.report.terminal import kept_float
+
+    few = {"/head/MatMul": "--keep-fp32", "/norm/Add": "sensitive"}
+    assert kept_float(few) == "/head/MatMul (--keep-fp32), /norm/Add (sensitive)"
+    many = {f"/blocks.{i}/attn/Softmax": "sensitive" for i in range(24)} | {"/head/MatMul": "--keep-fp32"}
+    line = kept_float(many)
+    assert line.startswith("25 nodes (24 sensitive; 1 --keep-fp32") and "/blocks.3/" not in line

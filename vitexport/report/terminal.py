@@ -287,6 +287,18 @@ def checks(console, parity: dict[str, Any]) -> None:
                   f"min cosine {parity['min_cosine']}" + "".join(f", {g}" for g in gate) + ")")
 
 
+def kept_float(kept: dict[str, str], shown: int = 4) -> str:
+    """What int8 kept in float: named when few; counted by reason when many (a ViT-B keeps dozens of
+    nodes: a line naming each would bury the table; --json lists every one)."""
+    if len(kept) <= shown:
+        return ", ".join(f"{name} ({why})" for name, why in kept.items()) or "nothing"
+    reasons: dict[str, int] = {}
+    for why in kept.values():
+        reasons[why] = reasons.get(why, 0) + 1
+    counted = "; ".join(f"{n} {why}" for why, n in sorted(reasons.items(), key=lambda item: -item[1]))
+    return f"{len(kept)} nodes ({counted}; each in --json under info.int8.kept_float)"
+
+
 def derived(console, info: dict[str, Any]) -> None:
     """What an optimised or reduced-precision export did: the optimiser's measured gain, what int8
     kept in float, and each try of the accuracy search with its verdict and speed."""
@@ -295,7 +307,7 @@ def derived(console, info: dict[str, Any]) -> None:
         console.print(f"optimize ({optimize['asked']}): {optimize['gain']}", highlight=False)
     int8 = info.get("int8")
     if int8:
-        kept = ", ".join(f"{name} ({why})" for name, why in int8["kept_float"].items()) or "nothing"
+        kept = kept_float(int8["kept_float"])
         console.print(f"int8 {int8['mode']}: {int8['quantized_nodes']} nodes quantised, weights {int8['weights']}, "
                       f"activations {int8['activations']}; kept in float: {escape(kept)}", highlight=False)
     for i, step in enumerate(info.get("accuracy_search") or []):

@@ -73,7 +73,7 @@ def _sliding_windows(x, axis, size, stride=1, **_):
 
 
 def _flatten2d(x, axis=1, **_):
-    axis = int(axis) % (x.ndim + 1)
+    axis = int(axis) + (x.ndim if int(axis) < 0 else 0)  # axis may be rank itself: (everything, 1)
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 

@@ -1,0 +1,518 @@
+"""The Core ML evaluator's vision ops, each in a tiny saved program, against an independent reference
+(torch.nn.functional, NumPy, or the sampling grids MIL's documentation lists): activations, resizing,
+pooling, normalisation, conv_transpose, layout and indexing ops, edge cases included (align_corners,
+non-integer scales, odd sizes, ceil_mode, padding modes, negative axes, fp16 programs)."""
+
+import numpy as np
+import pytest
+
+ct = pytest.importorskip("coremltools")
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from coremltools.converters.mil import Builder as mb  # noqa: E402
+from coremltools.converters.mil.mil import types  # noqa: E402
+
+from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError  # noqa: E402
+from vitexport.backends.coreml_common.mil_eval.ops import OPS  # noqa: E402
+from vitexport.backends.coreml_common.mil_eval.ops.resize import grid  # noqa: E402
+
+from mil_programs import close, fp16, iOS16, iOS17, iOS18, randn, rng, run, run_one, t  # noqa: E402
+
+# --- activations ----------------------------------------------------------------------------------
+
+ALPHA = np.array([0.1, -0.5, 2.0], np.float32)  # per channel
+BETA = np.array([1.0, 0.5, 3.0], np.float32)
+
+ACTIVATIONS = {  # op: (build, reference)
+    "thresholded_relu": (lambda x: mb.thresholded_relu(x=x, alpha=-0.5), lambda x: np.where(x >= -0.5, x, 0)),
+    "sigmoid_hard": (lambda x: mb.sigmoid_hard(x=x, alpha=1 / 6, beta=0.5), lambda x: F.hardsigmoid(t(x))),
+    "relu6": (lambda x: mb.relu6(x=x), lambda x: F.relu6(t(x))),
+    "elu": (lambda x: mb.elu(x=x, alpha=0.7), lambda x: F.elu(t(x), 0.7)),
+    "clamped_relu": (lambda x: mb.clamped_relu(x=x, alpha=0.1, beta=2.0),
+                     lambda x: torch.clamp(F.leaky_relu(t(x), 0.1), max=2.0)),
+    "softplus": (lambda x: mb.softplus(x=x), lambda x: F.softplus(t(x))),
+    "softplus_parametric": (lambda x: mb.softplus_parametric(x=x, alpha=ALPHA, beta=BETA),
+                            lambda x: t(ALPHA).view(1, 3, 1, 1) * F.softplus(t(x) * t(BETA).view(1, 3, 1, 1))),
+    "prelu": (lambda x: mb.prelu(x=x, alpha=ALPHA), lambda x: F.prelu(t(x), t(ALPHA))),
+    "softsign": (lambda x: mb.softsign(x=x), lambda x: F.softsign(t(x))),
+    "scaled_tanh": (lambda x: mb.scaled_tanh(x=x, alpha=1.5, beta=0.3), lambda x: 1.5 * torch.tanh(0.3 * t(x))),
+    "linear_activation": (lambda x: mb.linear_activation(x=x, alpha=-2.0, beta=0.25), lambda x: -2.0 * x + 0.25),
+    "threshold": (lambda x: mb.threshold(x=x, alpha=0.3), lambda x: np.maximum(x, 0.3)),
+    "sigmoid": (lambda x: mb.sigmoid(x=x), lambda x: torch.sigmoid(t(x))),
+    "silu": (lambda x: mb.silu(x=x), lambda x: F.silu(t(x))),
+}
+
+
+@pytest.mark.parametrize("op", ACTIVATIONS)
+def test_activation(tmp_path, op):
+    build, want = ACTIVATIONS[op]
+    x = randn(2, 3, 4, 5, scale=3)
+    x[0, 0, 0, :3] = [-0.5, 100.0, -100.0]  # a tie at thresholded_relu's alpha; values that overflow exp
+    with np.errstate(over="raise", invalid="raise", divide="raise"):  # no overflow on the way, either
+        got = run_one(tmp_path, op, build, x)
+    close(got, want(x), 1e-6)
+
+
+UNARY_MATH = {  # op: (reference, input range)
+    "tan": (torch.tan, (-1.2, 1.2)), "acos": (torch.acos, (-0.99, 0.99)), "asin": (torch.asin, (-0.99, 0.99)),
+    "atan": (torch.atan, (-5, 5)), "atanh": (torch.atanh, (-0.95, 0.95)), "cosh": (torch.cosh, (-3, 3)),
+    "sinh": (torch.sinh, (-3, 3)), "exp2": (torch.exp2, (-5, 5)),
+}
+
+
+@pytest.mark.parametrize("op", UNARY_MATH)
+def test_unary_math(tmp_path, op):
+    want, (low, high) = UNARY_MATH[op]
+    x = rng.uniform(low, high, (3, 7)).astype(np.float32)
+    close(run_one(tmp_path, op, lambda x: getattr(mb, op)(x=x), x), want(t(x)), 1e-5)
+
+
+def test_logical_xor(tmp_path):
+    a, b = rng.random((3, 4)) > 0.5, rng.random((3, 4)) > 0.5
+    assert (run_one(tmp_path, "logical_xor", lambda a, b: mb.logical_xor(x=a, y=b), a, b) == (a ^ b)).all()
+
+
+REDUCTIONS = {  # op: reference(x, dims, keepdim)
+    "reduce_sum_square": lambda x, d, k: (t(x) ** 2).sum(d, keepdim=k),
+    "reduce_l1_norm": lambda x, d, k: torch.linalg.vector_norm(t(x), 1, d, keepdim=k),
+    "reduce_l2_norm": lambda x, d, k: torch.linalg.vector_norm(t(x), 2, d, keepdim=k),
+    "reduce_log_sum": lambda x, d, k: torch.log(t(np.abs(x)).sum(d, keepdim=k)),
+    "reduce_log_sum_exp": lambda x, d, k: torch.logsumexp(t(x), d, keepdim=k),
+}
+
+
+@pytest.mark.parametrize("op", REDUCTIONS)
+def test_norm_reductions(tmp_path, op):
+    x = randn(2, 3, 4, scale=30 if op == "reduce_log_sum_exp" else 1)  # large enough that a naive exp overflows
+    if op == "reduce_log_sum":
+        x = np.abs(x)
+    got = run_one(tmp_path, op, lambda x: getattr(mb, op)(x=x, axes=[-1, 0], keep_dims=True), x)
+    close(got, REDUCTIONS[op](x, (-1, 0), True), 1e-5)
+
+
+# --- resizing -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode,size_out,want", [  # the grids MIL's resize_bilinear documentation lists (Xin = 2)
+    ("UNALIGN_CORNERS", 5, [0.0, 0.1, 0.5, 0.9, 1.0]),
+    ("STRICT_ALIGN_CORNERS", 5, [0.0, 0.25, 0.5, 0.75, 1.0]),
+    ("DEFAULT", 5, [0.0, 0.4, 0.8, 1.0, 1.0]),
+    ("OFFSET_CORNERS", 5, [0.1, 0.3, 0.5, 0.7, 0.9]),
+    ("UNALIGN_CORNERS", 6, [0.0, 0.0, 1 / 3, 2 / 3, 1.0, 1.0]),
+    ("ALIGN_CORNERS", 6, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]),
+    ("DEFAULT", 6, [0.0, 1 / 3, 2 / 3, 1.0, 1.0, 1.0]),
+    ("OFFSET_CORNERS", 6, [1 / 12, 0.25, 5 / 12, 7 / 12, 0.75, 11 / 12]),
+])
+def test_sampling_grids_follow_the_documentation(mode, size_out, want):
+    np.testing.assert_allclose(grid(2, size_out, mode), want, atol=1e-9)
+
+
+def bilinear_reference(x, rows, cols):
+    """Per-pixel bilinear interpolation of x's last two axes at the given input coordinates (loops)."""
+    out = np.zeros((*x.shape[:-2], len(rows), len(cols)), np.float64)
+    h, w = x.shape[-2:]
+    for i, r in enumerate(rows):
+        r0 = int(np.floor(r))
+        r1, fr = min(r0 + 1, h - 1), r - r0
+        for j, c in enumerate(cols):
+            c0 = int(np.floor(c))
+            c1, fc = min(c0 + 1, w - 1), c - c0
+            out[..., i, j] = ((1 - fr) * ((1 - fc) * x[..., r0, c0] + fc * x[..., r0, c1])
+                              + fr * ((1 - fc) * x[..., r1, c0] + fc * x[..., r1, c1]))
+    return out
+
+
+@pytest.mark.parametrize("align_corners", [True, False])
+@pytest.mark.parametrize("scale", [2, 1.5])  # an integer scale, and a non-integer one on odd sizes
+def test_upsample_bilinear(tmp_path, align_corners, scale):
+    x = randn(2, 3, 5, 7)
+    got = run_one(tmp_path, "upsample_bilinear", lambda x: mb.upsample_bilinear(
+        x=x, scale_factor_height=scale, scale_factor_width=scale, align_corners=align_corners), x)
+    size = (int(5 * scale), int(7 * scale))  # MIL recomputes the scale from the output size
+    close(got, F.interpolate(t(x), size=size, mode="bilinear", align_corners=align_corners), 1e-5)
+
+
+def test_upsample_bilinear_ios16_half_pixel_centers_off(tmp_path):
+    x = randn(1, 2, 4, 5)
+    got = run_one(tmp_path, "upsample_bilinear", lambda x: mb.upsample_bilinear(
+        x=x, scale_factor_height=2.0, scale_factor_width=1.5, align_corners=False, half_pixel_centers=False), x,
+        target=iOS16)
+    rows, cols = np.minimum(np.arange(8) * 4 / 8, 3), np.minimum(np.arange(7) * 5 / 7, 4)  # i * in / out, clipped
+    close(got, bilinear_reference(x, rows, cols), 1e-5)
+
+
+@pytest.mark.parametrize("mode,align", [("STRICT_ALIGN_CORNERS", True), ("UNALIGN_CORNERS", False),
+                                        ("DEFAULT", None), ("OFFSET_CORNERS", None)])
+def test_resize_bilinear_sampling_modes(tmp_path, mode, align):
+    x = randn(1, 2, 5, 4)
+    got = run_one(tmp_path, "resize_bilinear", lambda x: mb.resize_bilinear(
+        x=x, target_size_height=3, target_size_width=7, sampling_mode=mode), x)  # down in one axis, up in the other
+    if align is None:
+        close(got, bilinear_reference(x, grid(5, 3, mode), grid(4, 7, mode)), 1e-5)
+    else:
+        close(got, F.interpolate(t(x), size=(3, 7), mode="bilinear", align_corners=align), 1e-5)
+
+
+@pytest.mark.parametrize("scale", [2, 3, 1.5])
+def test_upsample_nearest_neighbor(tmp_path, scale):
+    x = randn(1, 3, 5, 7)
+    got = run_one(tmp_path, "upsample_nearest_neighbor", lambda x: mb.upsample_nearest_neighbor(
+        x=x, scale_factor_height=scale, scale_factor_width=scale), x)
+    close(got, F.interpolate(t(x), size=(int(5 * scale), int(7 * scale)), mode="nearest"), 0)
+
+
+def test_resize_nearest_neighbor(tmp_path):
+    x = randn(2, 5, 7)
+    got = run_one(tmp_path, "resize_nearest_neighbor", lambda x: mb.resize_nearest_neighbor(
+        x=x, target_size_height=9, target_size_width=3), x)
+    close(got, F.interpolate(t(x)[None], size=(9, 3), mode="nearest")[0], 0)
+
+
+def test_resize_ios17(tmp_path):
+    x = randn(1, 2, 5, 7)
+    got = run_one(tmp_path, "resize", lambda x: mb.resize(
+        x=x, shape=np.array([0, 8, 11], np.int32), resized_dims=np.uint32(2), sampling_mode="UNALIGN_CORNERS"), x)
+    close(got, F.interpolate(t(x), size=(8, 11), mode="bilinear", align_corners=False), 1e-5)
+    got = run_one(tmp_path, "resize", lambda x: mb.resize(
+        x=x, shape=np.array([3, 0], np.int32), resized_dims=np.uint32(2), interpolation_mode="NEAREST_NEIGHBOR"), x)
+    close(got, F.interpolate(t(x), size=(3, 7), mode="nearest"), 0)  # 0 keeps that axis' size
+
+
+def test_resize_nearest_with_an_unknown_sampling_is_an_error():
+    with pytest.raises(UnsupportedOpError, match="'resize'.*NEAREST_NEIGHBOR"):
+        OPS["resize"](x=randn(1, 1, 2, 2), shape=np.array([4, 4]), resized_dims=2,
+                      interpolation_mode="NEAREST_NEIGHBOR", sampling_mode="ALIGN_CORNERS")
+
+
+def test_crop(tmp_path):
+    x = randn(1, 2, 6, 7)
+    got = run_one(tmp_path, "crop", lambda x: mb.crop(x=x, crop_height=[1, 2], crop_width=[0, 3]), x)
+    close(got, x[..., 1:4, 0:4], 0)
+
+
+def test_fp16_upsample_bilinear_rounds_to_fp16(tmp_path):
+    x = randn(1, 2, 5, 7, scale=50)
+    got = run_one(tmp_path, "upsample_bilinear", lambda x: mb.upsample_bilinear(
+        x=x, scale_factor_height=2, scale_factor_width=2, align_corners=False), x, dtype=types.fp16)
+    assert np.array_equal(got, fp16(got))
+    close(got, F.interpolate(t(fp16(x)), scale_factor=2, mode="bilinear", align_corners=False), 0.1)
+
+
+# --- pooling --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+@pytest.mark.parametrize("exclude_padding", [False, True])
+def test_avg_pool(tmp_path, ceil_mode, exclude_padding):
+    x = randn(2, 3, 7, 8)  # odd and even sizes: ceil_mode adds a partial window on both
+    got = run_one(tmp_path, "avg_pool", lambda x: mb.avg_pool(
+        x=x, kernel_sizes=[3, 3], strides=[2, 2], pad_type="custom", pad=[1, 1, 1, 1], ceil_mode=ceil_mode,
+        exclude_padding_from_average=exclude_padding), x)
+    close(got, F.avg_pool2d(t(x), 3, 2, 1, ceil_mode=ceil_mode, count_include_pad=not exclude_padding), 1e-5)
+
+
+def test_avg_pool_ceil_mode_without_padding_and_1d(tmp_path):
+    x = randn(1, 2, 5, 5)
+    got = run_one(tmp_path, "avg_pool", lambda x: mb.avg_pool(
+        x=x, kernel_sizes=[2, 2], strides=[2, 2], pad_type="valid", ceil_mode=True), x)
+    close(got, F.avg_pool2d(t(x), 2, 2, ceil_mode=True), 1e-5)  # the last window covers one row/column
+    x = randn(2, 3, 9)
+    got = run_one(tmp_path, "avg_pool", lambda x: mb.avg_pool(x=x, kernel_sizes=[4], strides=[3], pad_type="valid"), x)
+    close(got, F.avg_pool1d(t(x), 4, 3), 1e-5)
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_max_pool(tmp_path, ceil_mode):
+    x = randn(2, 3, 7, 8) - 5  # all negative: padding must never win a window
+    got = run_one(tmp_path, "max_pool", lambda x: mb.max_pool(
+        x=x, kernel_sizes=[3, 2], strides=[2, 2], pad_type="custom", pad=[1, 1, 1, 1], ceil_mode=ceil_mode), x)
+    close(got, F.max_pool2d(t(x), (3, 2), 2, 1, ceil_mode=ceil_mode), 0)
+
+
+def test_max_pool_same_padding(tmp_path):
+    x = randn(1, 2, 7, 6) - 5
+    got = run_one(tmp_path, "max_pool", lambda x: mb.max_pool(x=x, kernel_sizes=[3, 3], strides=[2, 2],
+                                                              pad_type="same"), x)
+    # "same": ceil(7 / 2) = 4 rows from 1 + 1 padding rows, ceil(6 / 2) = 3 columns from 0 + 1
+    padded = F.pad(t(x), (0, 1, 1, 1), value=-np.inf)
+    close(got, F.max_pool2d(padded, 3, 2), 0)
+
+
+def test_l2_pool(tmp_path):
+    x = randn(1, 3, 6, 7)
+    got = run_one(tmp_path, "l2_pool", lambda x: mb.l2_pool(x=x, kernel_sizes=[2, 3], strides=[2, 2],
+                                                            pad_type="valid"), x)
+    close(got, F.lp_pool2d(t(x), 2, (2, 3), 2), 1e-5)
+
+
+# --- normalisation ------------------------------------------------------------------------------
+
+def test_instance_norm(tmp_path):
+    x, g, b = randn(2, 3, 5, 4, scale=3) + 2, randn(3), randn(3)
+    got = run_one(tmp_path, "instance_norm", lambda x: mb.instance_norm(x=x, gamma=g, beta=b, epsilon=1e-3), x)
+    close(got, F.instance_norm(t(x), weight=t(g), bias=t(b), eps=1e-3), 1e-5)
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 5), (2, 3, 4, 5)])
+def test_l2_norm(tmp_path, shape):
+    x = randn(*shape)
+    got = run_one(tmp_path, "l2_norm", lambda x: mb.l2_norm(x=x, epsilon=1e-4), x)
+    flat = t(x).reshape(-1, int(np.prod(shape[-3:])))  # each leading entry over its last three axes
+    close(got, (flat / torch.sqrt((flat ** 2).sum(1, keepdim=True) + 1e-4)).reshape(shape), 1e-6)
+
+
+def test_local_response_norm(tmp_path):
+    x = randn(2, 6, 3, 4)
+    got = run_one(tmp_path, "local_response_norm", lambda x: mb.local_response_norm(
+        x=x, size=3, alpha=0.1, beta=0.6, k=1.5), x)
+    close(got, F.local_response_norm(t(x), 3, alpha=0.1, beta=0.6, k=1.5), 1e-5)
+
+
+# --- conv_transpose -------------------------------------------------------------------------------
+
+CONV_TRANSPOSE = {  # id: (x shape, weight shape, mb arguments, F.conv_transpose2d arguments)
+    "strided": ((1, 4, 5, 6), (4, 3, 3, 3), dict(strides=[2, 2]), dict(stride=2)),
+    "padded_output_padding_groups": (
+        (2, 4, 5, 4), (4, 2, 3, 3),
+        dict(strides=[2, 2], pad_type="custom", pad=[1, 1, 1, 1], groups=2, output_shape=[2, 4, 10, 8]),
+        dict(stride=2, padding=1, output_padding=1, groups=2)),
+    "dilated_kernel_smaller_than_stride": ((1, 3, 4, 5), (3, 2, 2, 2), dict(strides=[3, 3], dilations=[1, 2]),
+                                           dict(stride=3, dilation=(1, 2))),
+}
+
+
+@pytest.mark.parametrize("case", CONV_TRANSPOSE)
+def test_conv_transpose(tmp_path, case):
+    xs, ws, mil_args, torch_args = CONV_TRANSPOSE[case]
+    x, w, b = randn(*xs), randn(*ws), randn(ws[1] * mil_args.get("groups", 1))
+    got = run_one(tmp_path, "conv_transpose", lambda x: mb.conv_transpose(x=x, weight=w, bias=b, **mil_args), x)
+    close(got, F.conv_transpose2d(t(x), t(w), t(b), **torch_args), 1e-4)
+
+
+def test_conv_transpose_1d(tmp_path):
+    x, w = randn(2, 3, 6), randn(3, 4, 3)
+    got = run_one(tmp_path, "conv_transpose", lambda x: mb.conv_transpose(
+        x=x, weight=w, strides=[2], pad_type="custom", pad=[1, 1]), x)
+    close(got, F.conv_transpose1d(t(x), t(w), stride=2, padding=1), 1e-4)
+
+
+# --- layout ---------------------------------------------------------------------------------------
+
+def test_pixel_shuffle_and_unshuffle(tmp_path):
+    x = randn(2, 12, 3, 4)
+    close(run_one(tmp_path, "pixel_shuffle", lambda x: mb.pixel_shuffle(x=x, upscale_factor=2), x),
+          F.pixel_shuffle(t(x), 2), 0)
+    y = randn(2, 3, 6, 4)
+    close(run_one(tmp_path, "pixel_unshuffle", lambda x: mb.pixel_unshuffle(x=x, downscale_factor=np.uint32(2)), y,
+                  target=iOS16), F.pixel_unshuffle(t(y), 2), 0)
+
+
+def test_depth_to_space_and_back(tmp_path):
+    x = randn(2, 12, 3, 4)
+    b, c = 2, 3
+    got = run_one(tmp_path, "depth_to_space", lambda x: mb.depth_to_space(x=x, block_size=b), x)
+    want = np.zeros((2, c, 6, 8), np.float32)
+    for by in range(b):  # TensorFlow's order: the block offset varies slowest across channels
+        for bx in range(b):
+            want[:, :, by::b, bx::b] = x[:, (by * b + bx) * c:(by * b + bx + 1) * c]
+    close(got, want, 0)
+    close(run_one(tmp_path, "space_to_depth", lambda x: mb.space_to_depth(x=x, block_size=b), want), x, 0)
+
+
+def test_space_to_batch_and_back(tmp_path):
+    x = randn(2, 3, 3, 4)
+    got = run_one(tmp_path, "space_to_batch", lambda x: mb.space_to_batch(
+        x=x, block_shape=[2, 2], paddings=[[1, 0], [0, 0]]), x)
+    padded = np.pad(x, [(0, 0), (0, 0), (1, 0), (0, 0)])
+    want = np.concatenate([padded[:, :, by::2, bx::2] for by in range(2) for bx in range(2)])  # batch-major blocks
+    close(got, want, 0)
+    got = run_one(tmp_path, "batch_to_space", lambda x: mb.batch_to_space(x=x, block_shape=[2, 2],
+                                                                          crops=[[1, 0], [0, 0]]), want)
+    close(got, x, 0)
+
+
+def test_sliding_windows(tmp_path):
+    x = randn(2, 9, 3)
+    got = run_one(tmp_path, "sliding_windows", lambda x: mb.sliding_windows(x=x, axis=-2, size=4, stride=2), x)
+    close(got, t(x).unfold(1, 4, 2).permute(0, 1, 3, 2), 0)  # windows, then their elements, then the rest
+
+
+def test_flatten2d_reshape_like_fill_like(tmp_path):
+    x = randn(2, 3, 4)
+    close(run_one(tmp_path, "flatten2d", lambda x: mb.flatten2d(x=x, axis=-1), x), x.reshape(6, 4), 0)
+    r1, r2 = randn(4, 3), randn(1, 2, 3)
+    got = run_one(tmp_path, "reshape_like", lambda x, a, b: mb.reshape_like(
+        x=x, ref_tensors=(a, b), begins=(0, 1), ends=(1, 3), end_masks=(False, True)), x, r1, r2, target=iOS16)
+    close(got, x.reshape(4, 2, 3), 0)
+    got = run_one(tmp_path, "fill_like", lambda x: mb.fill_like(ref_tensor=x, value=1.5), x, target=iOS16)
+    close(got, np.full(x.shape, 1.5), 0)
+
+
+# --- indexing -------------------------------------------------------------------------------------
+
+def test_gather_nd(tmp_path):
+    x = randn(3, 4, 5)
+    ids = np.array([[[0, 1], [2, -1]], [[1, 3], [0, 0]]], np.int32)
+    got = run_one(tmp_path, "gather_nd", lambda x: mb.gather_nd(x=x, indices=ids), x)
+    close(got, x[ids[..., 0], ids[..., 1] % 4], 0)
+    ids = np.array([[1, -1], [3, 0], [2, 2]], np.int32)[:, :, None]  # one index into axis 1 per batch entry
+    got = run_one(tmp_path, "gather_nd", lambda x: mb.gather_nd(x=x, indices=ids, batch_dims=1), x, target=iOS16)
+    close(got, np.stack([x[b, ids[b, :, 0] % 4] for b in range(3)]), 0)
+
+
+@pytest.mark.parametrize("mode", ["update", "add", "mul", "max"])
+def test_scatter(tmp_path, mode):
+    data, updates = randn(3, 5, 2), randn(3, 3, 2)
+    ids = np.array([4, 0, -2], np.int32)
+    got = run_one(tmp_path, "scatter", lambda d, u: mb.scatter(data=d, indices=ids, updates=u, axis=1, mode=mode),
+                  data, updates)
+    want = t(data).clone()
+    positions = t(ids % 5).long()
+    if mode == "update":
+        want[:, positions] = t(updates)
+    else:
+        reduce = {"add": "sum", "mul": "prod", "max": "amax"}[mode]
+        want = want.index_reduce(1, positions, t(updates), reduce) if mode != "add" else want.index_add(
+            1, positions, t(updates))
+    close(got, want, 1e-6)
+
+
+def test_scatter_along_axis_and_nd_accumulate_repeats(tmp_path):
+    data, updates = randn(2, 4), randn(2, 3)
+    ids = np.array([[1, 1, 3], [0, 2, 0]], np.int32)  # repeated indices add up
+    got = run_one(tmp_path, "scatter_along_axis", lambda d, u: mb.scatter_along_axis(
+        data=d, indices=ids, updates=u, axis=-1, mode="add"), data, updates)
+    close(got, t(data).scatter_add(1, t(ids).long(), t(updates)), 1e-6)
+    data, updates = randn(3, 4, 2), randn(3, 2)
+    ids = np.array([[0, 1], [2, 3], [0, 1]], np.int32)
+    got = run_one(tmp_path, "scatter_nd", lambda d, u: mb.scatter_nd(data=d, indices=ids, updates=u, mode="add"),
+                  data, updates)
+    want = data.copy()
+    for (i, j), u in zip(ids, updates):
+        want[i, j] += u
+    close(got, want, 1e-6)
+
+
+def test_slice_update(tmp_path):
+    x, update = randn(3, 5, 4), randn(3, 2, 4)
+    got = run_one(tmp_path, "slice_update", lambda x, u: mb.slice_update(
+        x=x, update=u, begin=[0, 1, 0], end=[3, 5, 4], stride=[1, 2, 1]), x, update, target=iOS18)
+    want = x.copy()
+    want[:, 1:5:2] = update
+    close(got, want, 0)
+
+
+@pytest.mark.parametrize("ascending", [False, True])
+def test_topk_and_argsort(tmp_path, ascending):
+    x = rng.permutation(24).astype(np.float32).reshape(2, 3, 4)  # distinct values: one right answer
+    (values, indices), _ = run(tmp_path, lambda x: mb.topk(x=x, k=2, axis=-2, ascending=ascending), x)
+    want = torch.topk(t(x), 2, dim=-2, largest=not ascending)
+    close(values, want.values, 0)
+    assert indices.dtype == np.int32 and (indices == want.indices.numpy()).all()
+    got = run_one(tmp_path, "argsort", lambda x: mb.argsort(x=x, axis=1, ascending=ascending), x)
+    assert (got == torch.argsort(t(x), dim=1, descending=not ascending).numpy()).all()
+
+
+@pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True), (True, True)])
+def test_cumsum(tmp_path, exclusive, reverse):
+    x = randn(3, 4)
+    got = run_one(tmp_path, "cumsum", lambda x: mb.cumsum(x=x, axis=-1, exclusive=exclusive, reverse=reverse), x)
+    want = np.zeros_like(x)
+    for j in range(4):  # by definition: what lies before (or after) position j, itself included unless exclusive
+        span = range(j + 1, 4) if reverse else range(j)
+        want[:, j] = sum((x[:, k] for k in span), np.zeros(3, np.float32)) + (0 if exclusive else x[:, j])
+    close(got, want, 1e-6)
+
+
+@pytest.mark.parametrize("lower,upper", [(0, -1), (-1, 0), (1, 2), (0, 0)])
+def test_band_part(tmp_path, lower, upper):
+    x = randn(2, 4, 5)
+    got = run_one(tmp_path, "band_part", lambda x: mb.band_part(x=x, lower=lower, upper=upper), x)
+    want = t(x)
+    if lower >= 0:
+        want = torch.triu(want, -lower)
+    if upper >= 0:
+        want = torch.tril(want, upper)
+    close(got, want, 0)
+
+
+def test_one_hot_and_non_zero(tmp_path):
+    ids = np.array([[0, 3], [2, 1]], np.int32)
+    got = run_one(tmp_path, "one_hot", lambda i: mb.one_hot(indices=i, one_hot_vector_size=4, axis=0,
+                                                            on_value=2.0, off_value=-1.0), ids)
+    close(got, (F.one_hot(t(ids).long(), 4).permute(2, 0, 1) * 3 - 1).float(), 0)
+    x = randn(3, 4)
+    x[x < 0.3] = 0
+    got = run_one(tmp_path, "non_zero", lambda x: mb.non_zero(x=x), x)
+    assert (got == torch.nonzero(t(x)).numpy()).all()
+
+
+def test_reverse_and_reverse_sequence(tmp_path):
+    x = randn(3, 4, 5)
+    close(run_one(tmp_path, "reverse", lambda x: mb.reverse(x=x, axes=[0, -1]), x), torch.flip(t(x), (0, 2)), 0)
+    lengths = np.array([2, 4, 1], np.int32)
+    got = run_one(tmp_path, "reverse_sequence", lambda x: mb.reverse_sequence(
+        x=x, lengths=lengths, seq_axis=1, batch_axis=0), x)
+    want = x.copy()
+    for b, n in enumerate(lengths):
+        want[b, :n] = x[b, :n][::-1]
+    close(got, want, 0)
+
+
+def test_quantize_and_dequantize(tmp_path):
+    x = randn(2, 3, 4, scale=3)
+    scale, zero = np.array([0.05, 0.1, 0.02], np.float32), np.array([3, -2, 0], np.int8)
+    got = run_one(tmp_path, "quantize", lambda x: mb.quantize(
+        input=x, scale=scale, zero_point=zero, axis=1, output_dtype="int8"), x)
+    want = torch.quantize_per_channel(t(x), t(scale).double(), t(zero).long(), 1, torch.qint8)
+    assert (got == want.int_repr().numpy()).all()  # saturates at -128 / 127 (an int8 output is cast to int32)
+    got = run_one(tmp_path, "dequantize", lambda q: mb.dequantize(input=q, scale=scale, zero_point=zero, axis=1),
+                  got.astype(np.int8), target=iOS17)
+    close(got, want.dequantize(), 1e-6)
+
+
+# --- what the PyTorch frontend emits -------------------------------------------------------------
+
+class VisionOps(torch.nn.Module):
+    """The layers of hierarchical and mobile vision families (LeViT/EfficientViT's Hardswish, upsampling
+    necks, ceil-mode pools, pixel shuffles, transposed convs), each feeding an output of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.prelu = torch.nn.PReLU(8, 0.3)
+        self.up = torch.nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1)
+        self.norm = torch.nn.InstanceNorm2d(8, affine=True)
+        torch.nn.init.normal_(self.norm.weight)
+        torch.nn.init.normal_(self.norm.bias)
+
+    def forward(self, x):
+        return (
+            F.hardswish(x) + F.hardsigmoid(x) + F.relu6(x) + F.elu(x) + F.softplus(x) + self.prelu(x),
+            F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False),
+            F.interpolate(x, size=(10, 13), mode="bilinear", align_corners=True),
+            F.interpolate(x, scale_factor=2, mode="nearest"),
+            F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+            F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+            F.pixel_shuffle(x, 2),
+            self.up(x),
+            self.norm(x),
+            F.pad(x, (1, 2, 2, 1), mode="reflect") + F.pad(x, (1, 2, 2, 1), mode="replicate"),
+            torch.cumsum(x, dim=-1),
+        )
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_frontend_vision_ops_match_pytorch(tmp_path, precision):
+    from mil_programs import convert_module
+
+    torch.manual_seed(0)
+    x = randn(2, 8, 7, 9, scale=2)  # odd sizes
+    program, got, want = convert_module(tmp_path, VisionOps(), x, precision=precision)
+    emitted = {"thresholded_relu", "sigmoid_hard", "relu6", "elu", "softplus", "upsample_bilinear",
+               "upsample_nearest_neighbor", "avg_pool", "max_pool", "pixel_shuffle", "conv_transpose",
+               "instance_norm", "pad", "cumsum"}
+    assert emitted <= set(program.op_types), emitted - set(program.op_types)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if precision == "fp32":
+            close(g, w, 1e-4)
+        else:  # fp16 rounding after every op: judged against the output's own scale
+            assert g.shape == w.shape and np.abs(g - w).max() < 1e-2 * np.abs(w).max(), i

@@ -15,7 +15,6 @@ from coremltools.converters.mil.mil import types  # noqa: E402
 
 from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError  # noqa: E402
 from vitexport.backends.coreml_common.mil_eval.ops import OPS  # noqa: E402
-from vitexport.backends.coreml_common.mil_eval.ops.resize import grid  # noqa: E402
 
 from mil_programs import close, fp16, iOS16, iOS17, iOS18, randn, rng, run, run_one, t  # noqa: E402
 
@@ -104,6 +103,8 @@ def test_norm_reductions(tmp_path, op):
     ("OFFSET_CORNERS", 6, [1 / 12, 0.25, 5 / 12, 7 / 12, 0.75, 11 / 12]),
 ])
 def test_sampling_grids_follow_the_documentation(mode, size_out, want):
+    from vitexport.backends.coreml_common.mil_eval.ops.resize import grid
+
     np.testing.assert_allclose(grid(2, size_out, mode), want, atol=1e-9)
 
 
@@ -147,7 +148,9 @@ def test_resize_bilinear_sampling_modes(tmp_path, mode, align):
     x = randn(1, 2, 5, 4)
     got = run_one(tmp_path, "resize_bilinear", lambda x: mb.resize_bilinear(
         x=x, target_size_height=3, target_size_width=7, sampling_mode=mode), x)  # down in one axis, up in the other
-    if align is None:
+    if align is None:  # the grid (checked against the documentation above) fixes where each pixel samples
+        from vitexport.backends.coreml_common.mil_eval.ops.resize import grid
+
         close(got, bilinear_reference(x, grid(5, 3, mode), grid(4, 7, mode)), 1e-5)
     else:
         close(got, F.interpolate(t(x), size=(3, 7), mode="bilinear", align_corners=align), 1e-5)
@@ -196,6 +199,32 @@ def test_fp16_upsample_bilinear_rounds_to_fp16(tmp_path):
         x=x, scale_factor_height=2, scale_factor_width=2, align_corners=False), x, dtype=types.fp16)
     assert np.array_equal(got, fp16(got))
     close(got, F.interpolate(t(fp16(x)), scale_factor=2, mode="bilinear", align_corners=False), 0.1)
+
+
+@pytest.mark.parametrize("sampling", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding,align_corners", [("constant", False), ("border", True), ("reflection", True),
+                                                   ("reflection", False)])
+def test_resample_matches_grid_sample(tmp_path, sampling, padding, align_corners):
+    x = randn(2, 3, 5, 6)
+    points = rng.uniform(-1.6, 1.6, (2, 4, 7, 2)).astype(np.float32)  # a third of them outside the image
+    mode = "symmetric" if padding == "reflection" and not align_corners else padding  # as the frontend maps them
+    got = run_one(tmp_path, "resample", lambda x, c: mb.resample(
+        x=x, coordinates=c, sampling_mode=sampling, padding_mode=mode, padding_value=0.0,
+        coordinates_mode="normalized_minus_one_to_one", align_corners=align_corners), x, points)
+    torch_padding = {"constant": "zeros"}.get(padding, padding)
+    close(got, F.grid_sample(t(x), t(points), sampling, torch_padding, align_corners), 1e-5)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_affine_matches_affine_grid(tmp_path, align_corners):
+    x = randn(2, 3, 5, 6)
+    theta = np.array([[[0.9, -0.3, 0.1], [0.2, 1.1, -0.2]], [[1.2, 0.0, 0.5], [0.1, 0.8, 0.0]]], np.float32)
+    got = run_one(tmp_path, "affine", lambda x: mb.affine(
+        x=x, transform_matrix=theta.reshape(2, 6), output_height=4, output_width=7, sampling_mode="bilinear",
+        padding_mode="constant", padding_value=0.0, coordinates_mode="normalized_minus_one_to_one",
+        align_corners=align_corners), x)
+    points = F.affine_grid(t(theta), [2, 3, 4, 7], align_corners=align_corners)
+    close(got, F.grid_sample(t(x), points, "bilinear", "zeros", align_corners), 1e-5)
 
 
 # --- pooling --------------------------------------------------------------------------------------
@@ -483,6 +512,7 @@ class VisionOps(torch.nn.Module):
         self.norm = torch.nn.InstanceNorm2d(8, affine=True)
         torch.nn.init.normal_(self.norm.weight)
         torch.nn.init.normal_(self.norm.bias)
+        self.register_buffer("grid", torch.rand(2, 4, 5, 2) * 2.4 - 1.2)  # deformable sampling points
 
     def forward(self, x):
         return (
@@ -497,6 +527,7 @@ class VisionOps(torch.nn.Module):
             self.norm(x),
             F.pad(x, (1, 2, 2, 1), mode="reflect") + F.pad(x, (1, 2, 2, 1), mode="replicate"),
             torch.cumsum(x, dim=-1),
+            F.grid_sample(x, self.grid, "bilinear", "border", align_corners=False),
         )
 
 
@@ -509,7 +540,7 @@ def test_frontend_vision_ops_match_pytorch(tmp_path, precision):
     program, got, want = convert_module(tmp_path, VisionOps(), x, precision=precision)
     emitted = {"thresholded_relu", "sigmoid_hard", "relu6", "elu", "softplus", "upsample_bilinear",
                "upsample_nearest_neighbor", "avg_pool", "max_pool", "pixel_shuffle", "conv_transpose",
-               "instance_norm", "pad", "cumsum"}
+               "instance_norm", "pad", "cumsum", "resample"}
     assert emitted <= set(program.op_types), emitted - set(program.op_types)
     for i, (g, w) in enumerate(zip(got, want)):
         if precision == "fp32":

@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from vitexport.backends.coreml_common.mil_eval.ops import (activation, compression, conv, dense, elementwise, indexing,
-                                                           layout, norm, pool, resize, shape)
+                                                           layout, norm, pool, resize, sample, shape)
 
 # Ops run on every call of a program.
 OPS: dict[str, Callable[..., Any]] = {
     **conv.OPS, **dense.OPS, **norm.OPS, **activation.OPS, **pool.OPS, **resize.OPS, **elementwise.OPS,
-    **shape.OPS, **layout.OPS, **indexing.OPS,
+    **shape.OPS, **layout.OPS, **indexing.OPS, **sample.OPS,
 }
 
 # Weight decompression (constexpr_*): run once, when the program is loaded.

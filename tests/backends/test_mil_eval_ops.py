@@ -156,12 +156,13 @@ def test_resize_bilinear_sampling_modes(tmp_path, mode, align):
         close(got, F.interpolate(t(x), size=(3, 7), mode="bilinear", align_corners=align), 1e-5)
 
 
-@pytest.mark.parametrize("scale", [2, 3, 1.5])
-def test_upsample_nearest_neighbor(tmp_path, scale):
-    x = randn(1, 3, 5, 7)
+@pytest.mark.parametrize("scale,size,out", [(2, (5, 7), (10, 14)), (3, (5, 7), (15, 21)), (1.5, (5, 7), (7, 10)),
+                                            (5 / 3, (3, 6), (5, 10))])  # 5/3 as fp32 times 3 is 5 only in fp32
+def test_upsample_nearest_neighbor(tmp_path, scale, size, out):
+    x = randn(1, 3, *size)
     got = run_one(tmp_path, "upsample_nearest_neighbor", lambda x: mb.upsample_nearest_neighbor(
         x=x, scale_factor_height=scale, scale_factor_width=scale), x)
-    close(got, F.interpolate(t(x), size=(int(5 * scale), int(7 * scale)), mode="nearest"), 0)
+    close(got, F.interpolate(t(x), size=out, mode="nearest"), 0)
 
 
 def test_resize_nearest_neighbor(tmp_path):

@@ -8,7 +8,6 @@ resizing picks input pixel floor(i * in / out), computed in integers so that exa
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import numpy as np
@@ -65,7 +64,8 @@ def _resize(x, sizes: dict[int, int], mode: str | None) -> np.ndarray:
 
 
 def _scaled(size: int, scale) -> int:
-    return int(math.floor(size * float(scale)))
+    # In float32, as coremltools infers the output shape: a scale of 5/3 on 3 pixels makes 5 (float64: 4).
+    return int(np.floor(np.float32(scale) * np.float32(size)))
 
 
 def _upsample_bilinear(x, scale_factor_height=1, scale_factor_width=1, align_corners=True, half_pixel_centers=None,

@@ -11,16 +11,17 @@ ct = pytest.importorskip("coremltools")
 
 from vitexport.backends.coreml_common.mil_eval.ops import DECOMPRESSION_OPS, OPS  # noqa: E402
 
-# The op types in the ML programs vitexport converts from the vision families (timm: levit_128s,
-# efficientvit_b0, efficientformer_l1, efficientformerv2_s0, pvt_v2_b0, mobilevit_xxs, fastvit_t8,
-# poolformer_s12, poolformerv2_s12, cait_xxs24_224, beit_base_patch16_224, pit_ti_224, convit_tiny; transformers
-# ViT, DeiT, BEiT, Swin, ConvNeXt, SegFormer from tiny configs), fp16, iOS17 — listed from each package
-# with `load_program(path).op_types`. Families that stop at conversion (Swin and Hiera from timm, Twins)
-# are covered through the ops they would use.
+# The op types in the ML programs vitexport converts from the vision families, fp16, iOS17, one fixed batch:
+# timm levit_128s, efficientvit_b0, efficientformer_l1, efficientformerv2_s0, pvt_v2_b0, mobilevit_xxs,
+# fastvit_t8, poolformer_s12, poolformerv2_s12, pit_ti_224, cait_xxs24_224, beit_base_patch16_224, and
+# transformers ViT, DeiT, Swin, ConvNeXt and SegFormer from tiny configs; listed from each package with
+# `load_program(path).op_types` (docs/backends/coreml.md#what-the-evaluator-covers has the commands).
+# Families that stop at conversion (timm's Swin, Hiera, Twins and ConViT; transformers' BEiT) are not in it.
 FAMILY_OPS = frozenset({
-    "add", "avg_pool", "batch_norm", "cast", "concat", "const", "conv", "expand_dims", "gather", "gelu",
-    "layer_norm", "linear", "matmul", "mul", "pad", "real_div", "reduce_mean", "relu", "reshape", "sigmoid_hard",
-    "silu", "slice_by_index", "softmax", "split", "squeeze", "sub", "thresholded_relu", "transpose", "upsample_bilinear",
+    "add", "avg_pool", "batch_norm", "concat", "const", "conv", "expand_dims", "gelu", "layer_norm", "linear",
+    "matmul", "mul", "pad", "pow", "real_div", "reduce_mean", "relu", "reshape", "sigmoid", "sigmoid_hard", "silu",
+    "slice_by_index", "softmax", "split", "sqrt", "square", "squeeze", "sub", "thresholded_relu", "transpose",
+    "upsample_bilinear",
 })
 
 # Ops left out on purpose, and why: a check of numerics cannot use them, or no vision model reaches them.

@@ -15,8 +15,6 @@ import numpy as np
 from vitexport.backends.coreml_common.mil_eval.errors import UnsupportedOpError
 from vitexport.backends.coreml_common.mil_eval.ops.args import ints
 
-SAMPLING_MODES = ("DEFAULT", "STRICT_ALIGN_CORNERS", "ALIGN_CORNERS", "OFFSET_CORNERS", "UNALIGN_CORNERS")
-
 
 def grid(size_in: int, size_out: int, mode: str) -> np.ndarray:
     """The input coordinate each output pixel samples, in float64."""

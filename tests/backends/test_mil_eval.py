@@ -19,53 +19,7 @@ from coremltools.converters.mil.mil import types  # noqa: E402
 from vitexport.backends.coreml_common import mil_eval  # noqa: E402
 from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError, load_program  # noqa: E402
 
-rng = np.random.default_rng(0)
-iOS16, iOS17, iOS18 = ct.target.iOS16, ct.target.iOS17, ct.target.iOS18
-
-
-def randn(*shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def t(a):
-    return torch.from_numpy(np.ascontiguousarray(a))
-
-
-def close(got, want, tol=1e-5):
-    want = want.detach().numpy() if isinstance(want, torch.Tensor) else np.asarray(want)
-    assert np.shape(got) == want.shape, (np.shape(got), want.shape)
-    np.testing.assert_allclose(np.asarray(got, np.float64), want.astype(np.float64), atol=tol, rtol=tol)
-
-
-def save(tmp_path, model_or_prog, target=iOS17, name="p", **convert):
-    """Convert and save into tmp_path; an mb program is serialised as written (no optimisation passes)."""
-    if not hasattr(model_or_prog, "graph_signature"):
-        convert.setdefault("pass_pipeline", ct.PassPipeline.EMPTY)
-    # ct.convert ends with a full gc.collect(): ~0.4 s a call in a process holding torch.
-    with mock.patch.object(gc, "collect", lambda *a: 0):
-        model = ct.convert(model_or_prog, convert_to="mlprogram", minimum_deployment_target=target,
-                           skip_model_load=True, **convert)
-    path = tmp_path / f"{name}.mlpackage"
-    model.save(str(path))
-    return path
-
-
-def run(tmp_path, build, *inputs, target=iOS17, dtype=None):
-    """Build `build(*input vars)` as a one-function program, save it, reload it, run it: (outputs, program).
-
-    The program's inputs take the names of build's parameters, as mb.program names them."""
-    names = list(inspect.signature(build).parameters)
-    specs = [mb.TensorSpec(a.shape, dtype=dtype or types.numpy_type_to_builtin_type(a.dtype)) for a in inputs]
-    prog = mb.program(input_specs=specs, opset_version=target)(build)
-    program = load_program(save(tmp_path, prog, target))
-    outputs = program.run(dict(zip(names, inputs)))
-    return [outputs[n] for n in program.output_names], program
-
-
-def run_one(tmp_path, op_type, build, *inputs, **kw):
-    outs, program = run(tmp_path, build, *inputs, **kw)
-    assert program.op_types[op_type] >= 1, program.op_types  # the op under test really is in the program
-    return outs[0]
+from mil_programs import close, fp16, iOS16, iOS17, iOS18, randn, rng, run, run_one, save, t  # noqa: E402
 
 
 # --- compute ops ----------------------------------------------------------------------------------
@@ -372,10 +326,6 @@ def test_shape_arithmetic(tmp_path):
 
 # --- fp16 programs ----------------------------------------------------------------------------------
 
-def fp16(a):
-    return np.asarray(a, np.float32).astype(np.float16).astype(np.float32)
-
-
 def test_fp16_rounds_after_every_op(tmp_path):
     x = np.linspace(0.001, 0.01, 8, dtype=np.float32).reshape(1, 8)
     got = run_one(tmp_path, "sub", lambda x: mb.sub(x=mb.add(x=x, y=np.float16(1000)), y=np.float16(1000)), x,
@@ -571,9 +521,10 @@ def test_compressed_weights_match_coremltools(tmp_path, name):
 
 def test_unknown_op_is_an_error_naming_it(tmp_path):
     x = randn(2, 3)
-    prog = mb.program(input_specs=[mb.TensorSpec(x.shape)], opset_version=iOS17)(lambda x: mb.cumsum(x=x, axis=1))
+    prog = mb.program(input_specs=[mb.TensorSpec(x.shape)], opset_version=iOS17)(
+        lambda x: mb.add(x=x, y=mb.random_uniform(shape=np.array([2, 3], np.int32))))
     path = save(tmp_path, prog)
-    with pytest.raises(UnsupportedOpError, match="'cumsum'"):
+    with pytest.raises(UnsupportedOpError, match="'random_uniform'"):
         load_program(path)
 
 

@@ -40,6 +40,12 @@ def _reduce_arg(fn):
     return reduce
 
 
+def _log_sum_exp(x, axis=None, keepdims=False):
+    top = np.max(x, axis=axis, keepdims=True)  # shifted by the maximum, so exp cannot overflow
+    total = np.log(np.sum(np.exp(x - top), axis=axis, keepdims=True)) + top
+    return total if keepdims else np.squeeze(total, axis=axis)
+
+
 NUMPY_TYPES = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64, "int32": np.int32, "int64": np.int64,
                "int16": np.int16, "uint16": np.uint16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
 
@@ -48,6 +54,33 @@ def cast(x, dtype, **_):
     if dtype not in NUMPY_TYPES:
         raise UnsupportedOpError("cast", detail=f"to {dtype}")
     return np.asarray(x).astype(NUMPY_TYPES[dtype])
+
+
+def _along_axis(values, axis, rank: int) -> np.ndarray:
+    """A quantisation scale or zero point: a scalar, or a vector along `axis`."""
+    values = np.asarray(values, np.float32)
+    if values.ndim == 0 or values.size == 1 and axis is None:
+        return values.reshape(())
+    shape = [1] * rank
+    shape[int(axis) % rank] = -1
+    return values.reshape(shape)
+
+
+def _quantize(input, scale, output_dtype, zero_point=None, axis=None, **_):  # noqa: A002  (MIL's name)
+    """clip(round(x / scale) + zero_point) into int8 or uint8, rounding half to even."""
+    dtype = NUMPY_TYPES[str(output_dtype)]
+    q = np.round(input / _along_axis(scale, axis, input.ndim))
+    if zero_point is not None:
+        q = q + _along_axis(zero_point, axis, input.ndim)
+    info = np.iinfo(dtype)
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def _dequantize(input, scale, zero_point=None, axis=None, **_):  # noqa: A002
+    x = np.asarray(input, np.float32)
+    if zero_point is not None:
+        x = x - _along_axis(zero_point, axis, x.ndim)
+    return x * _along_axis(scale, axis, x.ndim)
 
 
 OPS: dict[str, Callable[..., Any]] = {
@@ -68,6 +101,14 @@ OPS: dict[str, Callable[..., Any]] = {
     "erf": lambda x, **_: erf(x),
     "cos": lambda x, **_: np.cos(x),
     "sin": lambda x, **_: np.sin(x),
+    "tan": lambda x, **_: np.tan(x),
+    "acos": lambda x, **_: np.arccos(x),
+    "asin": lambda x, **_: np.arcsin(x),
+    "atan": lambda x, **_: np.arctan(x),
+    "atanh": lambda x, **_: np.arctanh(x),
+    "cosh": lambda x, **_: np.cosh(x),
+    "sinh": lambda x, **_: np.sinh(x),
+    "exp2": lambda x, **_: np.exp2(x),
     # binary math
     "add": lambda x, y, **_: x + y,
     "sub": lambda x, y, **_: x - y,
@@ -88,6 +129,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "logical_and": lambda x, y, **_: np.logical_and(x, y),
     "logical_or": lambda x, y, **_: np.logical_or(x, y),
     "logical_not": lambda x, **_: np.logical_not(x),
+    "logical_xor": lambda x, y, **_: np.logical_xor(x, y),
     "select": lambda cond, a, b, **_: np.where(cond, a, b),
     # reductions
     "reduce_mean": _reduce(np.mean),
@@ -95,8 +137,15 @@ OPS: dict[str, Callable[..., Any]] = {
     "reduce_max": _reduce(np.max),
     "reduce_min": _reduce(np.min),
     "reduce_prod": _reduce(np.prod),
+    "reduce_sum_square": _reduce(lambda x, **kw: np.sum(np.square(x), **kw)),
+    "reduce_l1_norm": _reduce(lambda x, **kw: np.sum(np.abs(x), **kw)),
+    "reduce_l2_norm": _reduce(lambda x, **kw: np.sqrt(np.sum(np.square(x), **kw))),
+    "reduce_log_sum": _reduce(lambda x, **kw: np.log(np.sum(x, **kw))),
+    "reduce_log_sum_exp": _reduce(_log_sum_exp),
     "reduce_argmax": _reduce_arg(np.argmax),
     "reduce_argmin": _reduce_arg(np.argmin),
-    # types
+    # types and quantisation
     "cast": cast,
+    "quantize": _quantize,
+    "dequantize": _dequantize,
 }

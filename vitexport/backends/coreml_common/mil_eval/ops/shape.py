@@ -16,8 +16,8 @@ def _reshape(x, shape, **_):
     return x.reshape(target)
 
 
-def _slice_by_index(x, begin, end, stride=None, begin_mask=None, end_mask=None, squeeze_mask=None, **_):
-    rank = x.ndim
+def slice_index(rank, begin, end, stride=None, begin_mask=None, end_mask=None, squeeze_mask=None) -> tuple:
+    """slice_by_index's arguments as a NumPy index (slice_update writes through the same index)."""
     begin, end = ints(begin), ints(end)
     stride = ints(stride) if stride is not None else [1] * rank
     masks = [np.zeros(rank, bool) if m is None else np.asarray(m, bool).reshape(-1)
@@ -29,7 +29,11 @@ def _slice_by_index(x, begin, end, stride=None, begin_mask=None, end_mask=None, 
         else:
             index.append(slice(None if masks[0][axis] else begin[axis], None if masks[1][axis] else end[axis],
                                stride[axis]))
-    return x[tuple(index)]
+    return tuple(index)
+
+
+def _slice_by_index(x, begin, end, stride=None, begin_mask=None, end_mask=None, squeeze_mask=None, **_):
+    return x[slice_index(x.ndim, begin, end, stride, begin_mask, end_mask, squeeze_mask)]
 
 
 def _slice_by_size(x, begin, size, **_):

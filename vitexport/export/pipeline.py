@@ -14,6 +14,7 @@ from vitexport.backends.base import Backend, ExportOptions, RunOptions, Upstream
 from vitexport.core.errors import (
     BackendUnavailable,
     ExportError,
+    NotCheckableHere,
     ParityError,
     RegressionError,
     RuntimeFailure,
@@ -147,8 +148,13 @@ class Job:
             report = ParityReport.not_checked(here.reason, tol, record.precision)
             apply_lint(report, self.be.lint(path, record))
             return report, None
-        return run_checks(self.loaded, self.be, path, record, tol, self.seed, images=self.images,
-                          max_batch=self.options.check_max_batch, progress=self.progress)
+        try:
+            return run_checks(self.loaded, self.be, path, record, tol, self.seed, images=self.images,
+                              max_batch=self.options.check_max_batch, progress=self.progress)
+        except NotCheckableHere as e:  # it runs, but not here (an op the Core ML evaluator lacks)
+            report = ParityReport.not_checked(str(e), tol, record.precision)
+            apply_lint(report, self.be.lint(path, record))
+            return report, None
 
     def _upstream(self) -> Upstream:
         """The verified artifact this backend builds from: reused from the output folder when its

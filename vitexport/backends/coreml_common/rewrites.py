@@ -126,10 +126,10 @@ class _Folder:
         if len(shape) > self.limit:  # carried: the values in row-major order, any rank <= limit
             held = self._reshape(node, self._held(node.args[0]), _merged(shape, self.limit), node)
             self._carry(node, held, shape)
-        else:  # back below the limit: a plain reshape of what carried it (it may not be contiguous)
+        else:  # back below the limit: a reshape of what carried it (which may not be contiguous)
             held = self.carried[source][0]
             with self.graph.inserting_before(node):
-                new = self.graph.call_function(self.aten.reshape.default, (held, node.args[1]))
+                new = self._contiguous(self.graph.call_function(self.aten.reshape.default, (held, node.args[1])))
             node.replace_all_uses_with(new)
 
     def _keep(self, node, source) -> None:
@@ -179,11 +179,18 @@ class _Folder:
             self._carry(node, value, shape)
             return
         with self.graph.inserting_before(node):
-            new = self._reshape_here(value, shape, node)
+            new = self._contiguous(self._reshape_here(value, shape, node))
         node.replace_all_uses_with(new)
 
     def _carry(self, node, held, shape) -> None:
         self.carried[node] = (held, list(shape))  # its users are rewritten in turn; then it is dead code
+
+    def _contiguous(self, value):
+        """A real tensor handed back to the graph is contiguous: the views the model makes of it next
+        were written for a tensor its own ops made (Core ML converts the copy as nothing)."""
+        import torch
+
+        return self.graph.call_function(self.aten.clone.default, (value,), {"memory_format": torch.contiguous_format})
 
     def _held(self, value):
         return self.carried[value][0] if value in self.carried else value

@@ -290,6 +290,24 @@ def test_coreml_delegate_is_checked_through_its_embedded_program(out_dir, tmp_pa
 
 
 @needs_executorch
+def test_an_embedded_program_the_evaluator_cannot_run_is_published_not_checked_here_with_exit_3(out_dir, monkeypatch):
+    pytest.importorskip("coremltools")
+    from vitexport.backends.coreml_common import mil_eval
+    from vitexport.backends.executorch import _coreml_runtime
+
+    if _coreml_runtime():
+        pytest.skip("Core ML runs the program here")
+    monkeypatch.delitem(mil_eval.OPS, "layer_norm")
+    result = invoke("executorch", "--config", "tiny", "--set", "depth=1", "--delegate", "coreml", "--precision",
+                    "fp32", "--out", out_dir, "--json")
+    assert result.exit_code == 3, result.stderr
+    data = json.loads(result.stdout)
+    assert data["status"] == "not-checked-here" and "layer_norm" in data["parity"]["skipped"]
+    assert sidecar.read(data["artifact"]).status == "not-checked-here" and "published unverified" in result.stderr
+    assert invoke("verify", data["artifact"]).exit_code == 3
+
+
+@needs_executorch
 def test_coreml_program_with_ops_outside_the_delegate_waits_for_an_apple_device(out_dir, monkeypatch):
     """Where ExecuTorch kernels run between Core ML calls, the embedded program is not the whole
     program: nothing is claimed, and verify says what it needs (exit 3)."""

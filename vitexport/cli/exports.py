@@ -96,10 +96,10 @@ def published_unchecked(result: dict) -> None:
     from vitexport.cli.running import said
     from vitexport.core.errors import ExitCode
 
-    said(f"published unverified (marked not-checked-here): {result['artifact']}; not checked here: "
-         f"{result['parity']['skipped']}. Prove it on the device: `vitexport package ARTIFACT --target DEVICE`, run "
-         "the package's check there, then `vitexport verify --device-report REPORT` (or `vitexport verify ARTIFACT` "
-         "on a machine that runs it)")
+    artifact = result["artifact"]
+    said(f"published unverified (not-checked-here): {artifact}: {result['parity']['skipped']}. Prove it on the "
+         f"device: `vitexport package {artifact} --target DEVICE`, run the package's check there, then `vitexport "
+         f"verify --device-report REPORT`; or `vitexport verify {artifact}` where it runs")
     raise typer.Exit(ExitCode.UNAVAILABLE)
 
 

@@ -53,5 +53,4 @@ def own_temp_folder() -> Iterator[None]:
 def unsupported(e: Exception) -> NotCheckableHere:
     """An op the evaluator lacks: the package is fine, but it cannot be checked here (off Apple
     devices); its deploy package's on-device check, or `vitexport verify` on a Mac, proves it."""
-    return NotCheckableHere(f"vitexport's Core ML evaluator cannot run this program off macOS ({e}); check it on "
-                            "an Apple device")
+    return NotCheckableHere(f"{e}, so this program cannot be checked off macOS: check it on an Apple device")

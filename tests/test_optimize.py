@@ -236,7 +236,8 @@ def test_a_candidate_built_but_not_checkable_here_is_never_picked(tmp_path, monk
     table = io.StringIO()
     with contextlib.redirect_stdout(table):
         emit_optimize(result, as_json=False)
-    assert any(line.strip().startswith("int8-dynamic") and "unchecked" in line for line in table.getvalue().splitlines())
+    lines = table.getvalue().splitlines()
+    assert any(line.strip().startswith("int8-dynamic") and "unchecked" in line for line in lines)
 
 
 def test_a_dynamic_batch_candidate_is_planned_for_the_largest_batch_timed():

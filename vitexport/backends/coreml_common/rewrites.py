@@ -8,7 +8,6 @@ What no rewrite covers raises RankLimitError naming the node; the caller decides
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 RANK_LIMIT = 5  # Core ML's MIL tensors have at most five dimensions
 
@@ -21,20 +20,6 @@ class RankLimitError(Exception):
         super().__init__(f"{node.target} ({node.name}{where}) makes a rank-{len(shape)} tensor "
                          f"{_shape_text(shape)}; Core ML allows rank <= {RANK_LIMIT}, and {why}")
         self.node_name, self.op = node.name, str(node.target)
-
-
-@dataclass
-class Rewrites:
-    """What was rewritten, by kind (what the sidecar records)."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-
-    def add(self, kind: str, n: int = 1) -> None:
-        if n:
-            self.counts[kind] = self.counts.get(kind, 0) + n
-
-    def __bool__(self) -> bool:
-        return bool(self.counts)
 
 
 def _aliases(gm) -> list:
@@ -110,7 +95,7 @@ class _Folder:
             elif source is not None and node.target in (a.unbind.int, a.select.int):
                 self._select(node, source)
             elif source is not None and node.target in reductions:
-                self._reduce(node, source, shape)
+                self._reduce(node, source)
             else:
                 what = _shape(source) if source is not None else shape
                 raise RankLimitError(source if source is not None else node, what,
@@ -159,7 +144,7 @@ class _Folder:
                 picked = self.graph.call_function(self.aten.select.int, (split, 1, index))
             self._result(target, picked, [*shape[:dim], *shape[dim + 1:]])
 
-    def _reduce(self, node, source, out_shape) -> None:
+    def _reduce(self, node, source) -> None:
         held, shape = self.carried[source]
         dims = node.args[1] if len(node.args) > 1 else None
         keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)

@@ -49,6 +49,9 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
     Only an earlier vitexport artifact of the same name is replaced; anything else of that name in
     `out_dir` is refused with OutputError (exit 2) before any work, unless `force`.
 
+    An artifact this machine cannot check (it runs only elsewhere, or holds an op the evaluator here
+    lacks) is published and returned with status `not-checked-here` and `parity.skipped` saying why.
+
     Raises ParityError when the outputs differ; the artifact is then kept under `out_dir/failed/`,
     its sidecar saying FAILED, and whatever verified artifact `out_dir` held under that name stays.
     """

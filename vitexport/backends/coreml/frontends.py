@@ -20,17 +20,12 @@ def exported_program(model, example, dynamic):
     from vitexport.backends.coreml_common import rewrites
 
     program = torch.export.export(model, (example,), dynamic_shapes=dynamic).run_decompositions({})
-    if not (rewrites.has_aliases(program.graph_module) or rewrites.has_high_rank(program.graph_module)):
-        return program, {}
-    module = program.module()  # a plain graph to rewrite, then export again (shapes and guards recomputed)
-    done = {"alias_removed": rewrites.drop_aliases(module)}
+    positional = (next(iter(dynamic.values())),) if dynamic else None
     try:
-        done["rank_folded"] = rewrites.fold_high_rank(module)
+        program, done = rewrites.rewritten(program, example, positional)
     except rewrites.RankLimitError as e:
         raise UnsupportedByRuntime(f"Core ML cannot hold this model: {e}") from None
-    positional = (next(iter(dynamic.values())),) if dynamic else None  # the rewritten graph names its input anew
-    program = torch.export.export(module, (example,), dynamic_shapes=positional).run_decompositions({})
-    return program, {kind: n for kind, n in done.items() if n}
+    return (program.run_decompositions({}) if done else program), done
 
 
 def converted(ct, program, model, example, **settings):

@@ -22,6 +22,20 @@ class RankLimitError(Exception):
         self.node_name, self.op = node.name, str(node.target)
 
 
+def rewritten(program, example, dynamic_shapes=None):
+    """(`program` exported again after the rewrites, {kind: count} of what was rewritten), or
+    (`program`, {}) when it needs none. `dynamic_shapes` is positional (the rewritten graph names its
+    input anew). Raises RankLimitError where no rewrite covers a tensor above the rank limit."""
+    import torch
+
+    if not (has_aliases(program.graph_module) or has_high_rank(program.graph_module)):
+        return program, {}
+    module = program.module()  # a plain graph to rewrite, then export again (shapes and guards recomputed)
+    done = {"alias_removed": drop_aliases(module), "rank_folded": fold_high_rank(module)}
+    again = torch.export.export(module, (example,), dynamic_shapes=dynamic_shapes)
+    return again, {kind: n for kind, n in done.items() if n}
+
+
 def _aliases(gm) -> list:
     import torch
 

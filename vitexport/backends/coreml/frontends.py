@@ -33,11 +33,11 @@ def converted(ct, program, model, example, **settings):
     first; TorchScript tracing when coremltools lacks a converter for one of the program's nodes."""
     try:
         return ct.convert(program, **settings), TORCH_EXPORT, None
-    except NotImplementedError as e:
-        node = unsupported_node(e)
+    except (NotImplementedError, ValueError) as e:  # coremltools raises both for the rank limit
         if rank_limited(e):
             raise UnsupportedByRuntime(f"Core ML cannot hold this model: {first_line(e)} (Core ML allows tensor "
                                        "rank <= 5, and no rewrite applied)") from None
+        node = unsupported_node(e) if isinstance(e, NotImplementedError) else None
         if node is None:
             raise
     why = f"coremltools has no torch.export converter for {node}"

@@ -31,9 +31,11 @@ def rewritten(program, example, dynamic_shapes=None):
     if not (has_aliases(program.graph_module) or has_high_rank(program.graph_module)):
         return program, {}
     module = program.module()  # a plain graph to rewrite, then export again (shapes and guards recomputed)
-    done = {"alias_removed": drop_aliases(module), "rank_folded": fold_high_rank(module)}
-    again = torch.export.export(module, (example,), dynamic_shapes=dynamic_shapes)
-    return again, {kind: n for kind, n in done.items() if n}
+    done = {kind: n for kind, n in (("alias_removed", drop_aliases(module)),
+                                    ("rank_folded", fold_high_rank(module))) if n}
+    if not done:
+        return program, {}
+    return torch.export.export(module, (example,), dynamic_shapes=dynamic_shapes), done
 
 
 def _aliases(gm) -> list:

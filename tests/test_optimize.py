@@ -220,6 +220,26 @@ def test_one_pick_at_every_batch_is_published_once(tmp_path, monkeypatch):
     assert choice["others"] == {"fp32": "80 ms at batch 8; 20 ms at batch 1 in onnxruntime"}
 
 
+def test_a_candidate_built_but_not_checkable_here_is_never_picked(tmp_path, monkeypatch):
+    from vitexport.backends.base import Availability
+
+    two_candidates_timed(monkeypatch, {("fp32", 1): 20.0, ("int8-dynamic", 1): 10.0})
+    onnx = type(backends.get("onnx"))
+    runs_here_for = onnx.runs_here_for
+    monkeypatch.setattr(onnx, "runs_here_for", lambda self, record: Availability(False, "needs a device not here")
+                        if record.precision == "int8" else runs_here_for(self, record))
+    result = optimizing.optimize(TINY, only=["onnx"], batches=[1], out_dir=tmp_path)
+    rows = {r["candidate"]: r for r in result["candidates"]}
+    assert result["chosen"] == "fp32" and rows["int8-dynamic"]["passed"] is False
+    assert rows["int8-dynamic"]["reason"] == "not checked here: needs a device not here"
+    assert sidecar.read(Path(result["artifact"])).status == "verified"
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        emit_optimize(result, as_json=False)
+    lines = table.getvalue().splitlines()
+    assert any(line.strip().startswith("int8-dynamic") and "unchecked" in line for line in lines)
+
+
 def test_a_dynamic_batch_candidate_is_planned_for_the_largest_batch_timed():
     from vitexport.backends.executorch.options import ExecuTorchOptions
 

@@ -92,7 +92,9 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         try:
             result = export(backend, spec, options, work, images=images, seed=seed, gate=gate,
                             name=candidate.label, progress=progress, loaded=loaded)
-            row.update(passed=True, artifact=result["artifact"], parity=result["parity"])
+            row.update(passed=result["status"] == "verified", artifact=result["artifact"], parity=result["parity"])
+            if not row["passed"]:  # built, but not checked here: it is never picked
+                row["reason"] = f"not checked here: {(result['parity'] or {}).get('skipped') or result['status']}"
         except ParityError as e:  # kept for the table, never chosen
             row.update(passed=False, artifact=e.result.get("artifact"), parity=e.result.get("parity"),
                        reason=str(e).split(":", 1)[-1].strip())

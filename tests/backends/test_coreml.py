@@ -112,20 +112,160 @@ def test_label_count_must_match_classes(out_dir, tmp_path):
         coreml(out_dir, labels=str(labels))
 
 
-def test_an_op_the_evaluator_lacks_is_exit_2_naming_it(out_dir, monkeypatch):
-    import platform
-
+def invoke(*args):
     from typer.testing import CliRunner
 
-    from vitexport.backends.coreml_common import mil_eval
     from vitexport.cli.app import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_an_op_the_evaluator_lacks_is_exit_3_naming_it(out_dir, monkeypatch):
+    """Not checkable here is no fault of the package or of the input: unavailable here (3), not 2."""
+    import platform
+
+    from vitexport.backends.coreml_common import mil_eval
 
     if platform.system() == "Darwin":
         pytest.skip("Core ML itself checks packages on macOS")
     result = coreml(out_dir, precision="fp32")
     monkeypatch.delitem(mil_eval.OPS, "layer_norm")
-    outcome = CliRunner().invoke(app, ["verify", result["artifact"]])
-    assert outcome.exit_code == 2 and "layer_norm" in outcome.stderr and "Traceback" not in outcome.stderr
+    outcome = invoke("verify", result["artifact"])
+    assert outcome.exit_code == 3 and "layer_norm" in outcome.stderr and "Traceback" not in outcome.stderr
+
+
+def test_a_package_the_evaluator_cannot_run_is_published_not_checked_here_with_exit_3(out_dir, monkeypatch):
+    import platform
+
+    from vitexport.backends.coreml_common import mil_eval
+
+    if platform.system() == "Darwin":
+        pytest.skip("Core ML itself checks packages on macOS")
+    monkeypatch.delitem(mil_eval.OPS, "layer_norm")
+    outcome = invoke("coreml", "--config", "tiny", "--set", "depth=1", "--precision", "fp32", "--out", out_dir,
+                     "--json")
+    assert outcome.exit_code == 3, outcome.stderr
+    data = json.loads(outcome.stdout)
+    assert data["status"] == "not-checked-here" and data["parity"]["passed"] is None
+    assert "layer_norm" in data["parity"]["skipped"] and "Apple device" in data["parity"]["skipped"]
+    assert Path(data["artifact"]).parent == out_dir.resolve()  # published, not kept aside as failed
+    assert sidecar.read(data["artifact"]).status == "not-checked-here"
+    assert "published unverified" in outcome.stderr and "layer_norm" in outcome.stderr
+    assert "vitexport package" in outcome.stderr and "Traceback" not in outcome.stderr
+    result = api.export("coreml", SMALL, CoreMLOptions(precision="fp32"), out_dir / "api")  # the API returns it
+    assert result["status"] == "not-checked-here" and "layer_norm" in result["parity"]["skipped"]
+
+
+# Nodes Core ML refuses as exported: Swin's full-size slice (an `alias`), Hiera's rank-6 reshapes.
+SHAPES = """
+import torch
+from torch import nn
+
+
+class FullSlice(nn.Module):
+    input_shape = (1, 3, 8, 8)
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return (y[:, :, :8] + 1).flatten(1)  # the whole of that axis, as Swin's x[:, :H, :W]
+
+
+class SizedSlice(FullSlice):
+    def forward(self, x):
+        y = self.fc(x)
+        return (y[:, :, :y.shape[2]] + 1).flatten(1)  # coremltools' TorchScript path fails on the traced size
+
+
+class Unroll(nn.Module):
+    input_shape = (1, 4, 8, 8)
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 12)
+
+    def forward(self, x):
+        b = x.shape[0]
+        t = x.flatten(2).transpose(1, 2)  # (b, c, h, w) -> (b, hw, c)
+        t = t.reshape(b, 2, 4, 2, 4, 4).permute(0, 2, 4, 1, 3, 5).reshape(b, 64, 4)  # unroll, rank 6
+        q, k, v = self.fc(t).reshape(b, 4, 4, 4, 3, 4).permute(4, 0, 3, 2, 1, 5).unbind(0)
+        q = q.reshape(b, 4, 2, 2, 4, 4).amax(dim=2)
+        return q.flatten(1)[:, :16] + k.flatten(1)[:, :16] * v.flatten(1)[:, 16:32]
+
+
+class Scaled(nn.Module):
+    input_shape = (1, 4, 8, 8)
+
+    def forward(self, x):
+        b = x.shape[0]
+        return (x.reshape(b, 2, 2, 2, 4, 8) * 3).reshape(b, 256)
+
+
+def full_slice():
+    return FullSlice()
+
+
+def sized_slice():
+    return SizedSlice()
+
+
+def unroll():
+    return Unroll()
+
+
+def scaled():
+    return Scaled()
+"""
+
+
+@pytest.fixture
+def shapes(tmp_path) -> Path:
+    path = tmp_path / "shapes.py"
+    path.write_text(SHAPES)
+    return path
+
+
+def test_an_alias_node_is_dropped_and_the_package_verifies(out_dir, shapes):
+    result = coreml(out_dir, SourceSpec(f"{shapes}:full_slice"), precision="fp32")
+    assert result["status"] == "verified", result["parity"].get("failures")
+    assert result["info"]["conversion_path"] == "torch.export" and result["info"]["rewrites"] == {"alias_removed": 1}
+
+
+def test_tracing_takes_over_where_torch_export_has_a_node_coremltools_lacks(out_dir, shapes, monkeypatch):
+    from vitexport.backends.coreml_common import rewrites
+
+    monkeypatch.setattr(rewrites, "drop_aliases", lambda gm: 0)  # the alias reaches coremltools, which lacks it
+    result = coreml(out_dir, SourceSpec(f"{shapes}:full_slice"), precision="fp32")
+    assert result["status"] == "verified", result["parity"].get("failures")
+    assert result["info"]["conversion_path"] == "torch.jit.trace" and "alias" in result["info"]["fallback_reason"]
+    assert sidecar.read(result["artifact"]).info["conversion_path"] == "torch.jit.trace"
+
+
+def test_a_node_neither_path_converts_is_refused_as_unavailable_naming_it(out_dir, shapes, monkeypatch):
+    from vitexport.backends.coreml_common import rewrites
+
+    monkeypatch.setattr(rewrites, "drop_aliases", lambda gm: 0)
+    outcome = invoke("coreml", "--model", f"{shapes}:sized_slice", "--out", out_dir)
+    assert outcome.exit_code == 3, outcome.stderr
+    assert "no torch.export converter for alias" in outcome.stderr and "TorchScript path failed" in outcome.stderr
+    assert "Traceback" not in outcome.stderr and not any(out_dir.glob("*.mlpackage"))
+
+
+def test_rank6_reshapes_are_folded_and_the_package_verifies(out_dir, shapes):
+    result = coreml(out_dir, SourceSpec(f"{shapes}:unroll"), precision="fp32")
+    assert result["status"] == "verified", result["parity"].get("failures")
+    assert result["info"]["rewrites"]["rank_folded"] > 0 and result["info"]["conversion_path"] == "torch.export"
+
+
+def test_a_rank6_tensor_no_rewrite_covers_is_refused_as_unavailable_naming_the_node(out_dir, shapes):
+    outcome = invoke("coreml", "--model", f"{shapes}:scaled", "--out", out_dir)
+    assert outcome.exit_code == 3, outcome.stderr
+    line = outcome.stderr.replace("\n", " ")
+    assert "rank-6" in line and "rank <= 5" in line and "mul" in line and "x.reshape(b, 2, 2, 2, 4, 8)" in line
+    assert "Traceback" not in line and not any(out_dir.glob("*.mlpackage"))
 
 
 TANH_GELU = """

@@ -289,6 +289,60 @@ def test_coreml_delegate_is_checked_through_its_embedded_program(out_dir, tmp_pa
         assert not row["available"] and "Apple devices" in row["reason"]
 
 
+UNROLL = """
+import torch
+from torch import nn
+
+
+class Unroll(nn.Module):
+    input_shape = (1, 4, 8, 8)
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 12)
+
+    def forward(self, x):
+        b = x.shape[0]
+        t = x.flatten(2).transpose(1, 2).reshape(b, 2, 4, 2, 4, 4).permute(0, 2, 4, 1, 3, 5).reshape(b, 64, 4)
+        q, k, v = self.fc(t).reshape(b, 4, 4, 4, 3, 4).permute(4, 0, 3, 2, 1, 5).unbind(0)  # rank 6
+        return q.flatten(1)[:, :16] + k.flatten(1)[:, :16] * v.flatten(1)[:, 16:32]
+
+
+def make():
+    return Unroll()
+"""
+
+
+@needs_executorch
+def test_core_ml_delegate_takes_rank6_reshapes_rewritten_as_the_coreml_command_does(out_dir, tmp_path):
+    """Core ML's delegate refused a rank-6 view outright (exit 1); the rewrite `vitexport coreml` applies
+    carries it below rank 6, and the whole program is delegated and checked."""
+    pytest.importorskip("coremltools")
+    model = tmp_path / "unroll.py"
+    model.write_text(UNROLL)
+    result = et(out_dir, SourceSpec(f"{model}:make"), delegate="coreml", precision="fp32")
+    assert result["info"]["rewrites"]["rank_folded"] > 0 and result["info"]["coreml"]["whole_program"]
+    assert result["status"] == "verified", result["parity"]
+
+
+@needs_executorch
+def test_an_embedded_program_the_evaluator_cannot_run_is_published_not_checked_here_with_exit_3(out_dir, monkeypatch):
+    pytest.importorskip("coremltools")
+    from vitexport.backends.coreml_common import mil_eval
+    from vitexport.backends.executorch import _coreml_runtime
+
+    if _coreml_runtime():
+        pytest.skip("Core ML runs the program here")
+    monkeypatch.delitem(mil_eval.OPS, "layer_norm")
+    result = invoke("executorch", "--config", "tiny", "--set", "depth=1", "--delegate", "coreml", "--precision",
+                    "fp32", "--out", out_dir, "--json")
+    assert result.exit_code == 3, result.stderr
+    data = json.loads(result.stdout)
+    assert data["status"] == "not-checked-here" and "layer_norm" in data["parity"]["skipped"]
+    assert sidecar.read(data["artifact"]).status == "not-checked-here" and "published unverified" in result.stderr
+    assert invoke("verify", data["artifact"]).exit_code == 3
+
+
 @needs_executorch
 def test_coreml_program_with_ops_outside_the_delegate_waits_for_an_apple_device(out_dir, monkeypatch):
     """Where ExecuTorch kernels run between Core ML calls, the embedded program is not the whole

@@ -33,10 +33,10 @@ def invoke(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def exported(out, *args):
+def exported(out, *args, exit_code=0):
     result = invoke("openvino", *TINY, "--out", out, "--json", *args)
-    assert result.exit_code == 0, result.stderr
-    return json.loads(result.stdout)
+    assert result.exit_code == exit_code, result.stderr
+    return json.loads(result.stdout) | {"stderr": result.stderr}
 
 
 @pytest.fixture(scope="module")
@@ -202,9 +202,10 @@ def test_the_first_divergent_block_is_named(tmp_path):
 def test_an_absent_device_is_checked_where_it_runs_and_never_run_on_the_cpu_unasked(tmp_path):
     if devices.present("NPU"):
         pytest.skip("this machine has an NPU")
-    result = exported(tmp_path, "--device", "npu", "--precision", "fp16")
-    assert Path(result["artifact"]).name == "tiny-depth1-fp16-npu.xml"
+    result = exported(tmp_path, "--device", "npu", "--precision", "fp16", exit_code=3)  # published, unverified
+    assert Path(result["artifact"]).name == "tiny-depth1-fp16-npu.xml" and Path(result["artifact"]).exists()
     assert result["status"] == "not-checked-here" and "finds no NPU" in result["parity"]["skipped"]
+    assert "published unverified" in result["stderr"] and "finds no NPU" in result["stderr"]
     assert invoke("verify", result["artifact"]).exit_code == 3
     be, record = backends.get("openvino"), sidecar.read(result["artifact"])
     with pytest.raises(BackendUnavailable, match="finds no NPU"):

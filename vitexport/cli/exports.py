@@ -85,11 +85,26 @@ def export_command(be) -> Callable:
                                 atol=kwargs["atol"], rtol=kwargs["rtol"], seed=kwargs["seed"], images=kwargs["images"],
                                 name=kwargs["name"], gate=gate, force=kwargs["force"], progress=progress)
         emit(result, as_json)
+        if result["status"] == "not-checked-here":
+            published_unchecked(result)
 
     command.__signature__ = inspect.Signature(EXPORT_PARAMS + [p for _, p, _ in flags])
     command.__doc__ = be.summary
     command.__name__ = be.name
     return handle_errors(command)
+
+
+def published_unchecked(result: dict) -> None:
+    """Built and published, but this machine could not check it: say so and exit 3 (unavailable here,
+    the check), never 0 as if it were verified, never 2 as if the input were bad."""
+    from vitexport.cli.running import said
+    from vitexport.core.errors import ExitCode
+
+    artifact = result["artifact"]
+    said(f"published unverified (not-checked-here): {artifact}: {result['parity']['skipped']}. Prove it on the "
+         f"device: `vitexport package {artifact} --target DEVICE`, run the package's check there, then `vitexport "
+         f"verify --device-report REPORT`; or `vitexport verify {artifact}` where it runs")
+    raise typer.Exit(ExitCode.UNAVAILABLE)
 
 
 def add_export_commands(app: typer.Typer) -> None:

@@ -56,6 +56,16 @@ class BackendUnavailable(VitexportError):
     exit_code = ExitCode.UNAVAILABLE
 
 
+class UnsupportedByRuntime(BackendUnavailable):
+    """The runtime cannot hold this model (an op it lacks, a limit such as Core ML's rank <= 5) and no
+    rewrite applies: unavailable for that runtime (exit 3), never bad input; the message names the node."""
+
+
+class NotCheckableHere(BackendUnavailable):
+    """The artifact was built, but this machine cannot run it to check it (an op vitexport's Core ML
+    evaluator lacks). An export publishes it marked not-checked-here; `verify` exits 3 with it."""
+
+
 class MissingLibrary(BackendUnavailable):
     """An optional library (timm, transformers, Pillow, ...) is not installed here: unavailable (exit 3)
     like a backend's runtime, never bad input, with what to install."""

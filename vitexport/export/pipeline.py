@@ -14,6 +14,7 @@ from vitexport.backends.base import Backend, ExportOptions, RunOptions, Upstream
 from vitexport.core.errors import (
     BackendUnavailable,
     ExportError,
+    NotCheckableHere,
     ParityError,
     RegressionError,
     RuntimeFailure,
@@ -47,6 +48,9 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
 
     Only an earlier vitexport artifact of the same name is replaced; anything else of that name in
     `out_dir` is refused with OutputError (exit 2) before any work, unless `force`.
+
+    An artifact this machine cannot check (it runs only elsewhere, or holds an op the evaluator here
+    lacks) is published and returned with status `not-checked-here` and `parity.skipped` saying why.
 
     Raises ParityError when the outputs differ; the artifact is then kept under `out_dir/failed/`,
     its sidecar saying FAILED, and whatever verified artifact `out_dir` held under that name stays.
@@ -151,8 +155,13 @@ class Job:
             report = ParityReport.not_checked(here.reason, tol, record.precision)
             apply_lint(report, self.be.lint(path, record))
             return report, None
-        return run_checks(self.loaded, self.be, path, record, tol, self.seed, images=self.images,
-                          max_batch=self.options.check_max_batch, progress=self.progress)
+        try:
+            return run_checks(self.loaded, self.be, path, record, tol, self.seed, images=self.images,
+                              max_batch=self.options.check_max_batch, progress=self.progress)
+        except NotCheckableHere as e:  # it runs, but not here (an op the Core ML evaluator lacks)
+            report = ParityReport.not_checked(str(e), tol, record.precision)
+            apply_lint(report, self.be.lint(path, record))
+            return report, None
 
     def _upstream(self) -> Upstream:
         """The verified artifact this backend builds from: reused from the output folder when its

@@ -43,7 +43,8 @@ def export_cell(job: dict) -> dict:
                             images=job.get("images"),
                             gate=pipeline.Gate(min_top1_agreement=job.get("min_top1_agreement"),
                                           max_accuracy_drop=job.get("max_accuracy_drop")))
-        status, reason = EXPORT_STATUS.get(result["status"], "error"), None
+        status = EXPORT_STATUS.get(result["status"], "error")
+        reason = (result.get("parity") or {}).get("skipped") if status == "unchecked" else None
     except ParityError as e:
         result, status, reason = e.result or None, "failed", str(e)
     except BackendUnavailable as e:

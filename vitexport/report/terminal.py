@@ -417,7 +417,8 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         stopped = any(s.get("timing") for _, s in speeds(row))
         verdict = ("[bold green]chosen[/bold green]" + (" at " + ", ".join(f"b{b}" for b in won) if several else "")
                    if won else "[green]passed[/green]" + (" (timing stopped early)" if stopped else "")
-                   if row["passed"] else f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
+                   if row["passed"] else f"[yellow]unchecked[/yellow] {escape(parity['skipped'])[:60]}"
+                   if parity.get("skipped") else f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
         table.add_row(row["candidate"], row.get("runtime", ""),
                       *[cell for _, s in speeds(row) for cell in (fmt(s.get("p50_ms")),
                                                                   f"{s['speedup']:.2f}x" if s.get("speedup") else "")],

@@ -1,5 +1,6 @@
-"""PyTorch -> Core ML ML program through torch.export (coremltools' TorchScript path fails with
-torch 2.14), with compression, an optional image input and the package's metadata."""
+"""PyTorch -> Core ML ML program through torch.export (rewritten where Core ML would refuse it; TorchScript
+tracing when coremltools lacks a converter: see frontends.py), with compression, an optional image
+input and the package's metadata."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import warnings
 from pathlib import Path
 
 from vitexport.backends.base import output_names
+from vitexport.backends.coreml.frontends import converted, exported_program
 from vitexport.backends.coreml.options import COMPRESSIONS, CoreMLOptions, read_labels
 from vitexport.backends.coreml_common.library import import_coremltools, own_temp_folder
 from vitexport.core.errors import BackendUnavailable, ExportError, UsageError
@@ -56,14 +58,13 @@ def convert(loaded, options: CoreMLOptions, out_path: Path) -> dict:
         try:
             with torch.no_grad(), export_mode(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                program = torch.export.export(model, (example,), dynamic_shapes=dynamic).run_decompositions({})
+                program, rewrites = exported_program(model, example, dynamic)
                 _register_gelu()
-                mlmodel = ct.convert(program, inputs=[_input_type(ct, options, shape, batches)],
-                                     outputs=[ct.TensorType(name=n) for n in output_names(loaded, options)],
-                                     convert_to="mlprogram",
-                                     minimum_deployment_target=getattr(ct.target, options.target),
-                                     compute_precision=ct.precision.FLOAT16 if options.precision == "fp16"
-                                     else ct.precision.FLOAT32)
+                mlmodel, path, fallback = converted(
+                    ct, program, model, example, inputs=[_input_type(ct, options, shape, batches)],
+                    outputs=[ct.TensorType(name=n) for n in output_names(loaded, options)], convert_to="mlprogram",
+                    minimum_deployment_target=getattr(ct.target, options.target),
+                    compute_precision=ct.precision.FLOAT16 if options.precision == "fp16" else ct.precision.FLOAT32)
                 if options.compress:
                     mlmodel = _compress(mlmodel, options.compress)
         except (UsageError, BackendUnavailable):
@@ -75,7 +76,8 @@ def convert(loaded, options: CoreMLOptions, out_path: Path) -> dict:
         mlmodel.save(str(out_path))
     return {"target": options.target, "compute_precision": options.precision, "compress": options.compress,
             "image_input": options.image_input, "batch_sizes": batches or None, "labels": bool(labels),
-            "converter": "torch.export", "engine_off_macos": "mil-evaluator"}
+            "conversion_path": path, "rewrites": rewrites, **({"fallback_reason": fallback} if fallback else {}),
+            "engine_off_macos": "mil-evaluator"}
 
 
 def _gelu(context, node):

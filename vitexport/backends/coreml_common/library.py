@@ -1,5 +1,6 @@
 """coremltools, imported quietly with the extra that brings it named; a temp folder of its own for
-each conversion; and the one message for a Core ML program the evaluator cannot run."""
+each conversion; and the one error for a Core ML program the evaluator cannot run (not checkable
+here, which is no fault of the program)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from vitexport.core.environment import quiet_loggers
-from vitexport.core.errors import BackendUnavailable, UsageError
+from vitexport.core.errors import BackendUnavailable, NotCheckableHere
 
 _REDIRECTED = threading.RLock()  # the temp folder is the whole process's: one conversion redirects it at a time
 
@@ -49,6 +50,7 @@ def own_temp_folder() -> Iterator[None]:
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def unsupported(e: Exception) -> UsageError:
-    """An op the evaluator lacks: the package cannot be checked off macOS (bad input for the check)."""
-    return UsageError(f"cannot check this Core ML package off macOS: {e}; verify it on a Mac")
+def unsupported(e: Exception) -> NotCheckableHere:
+    """An op the evaluator lacks: the package is fine, but it cannot be checked here (off Apple
+    devices); its deploy package's on-device check, or `vitexport verify` on a Mac, proves it."""
+    return NotCheckableHere(f"{e}, so this program cannot be checked off macOS: check it on an Apple device")

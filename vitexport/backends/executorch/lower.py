@@ -47,6 +47,8 @@ def _export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:
         program = _stage("torch.export", timings, lambda: torch.export.export(model, (example,), dynamic_shapes=shapes))
         if options.precision == "int8":
             program, info["quant"] = _int8(program, loaded, options, example, shapes, timings)
+        if options.delegate == "coreml":  # what Core ML would refuse (alias, rank > 5), rewritten as for `coreml`
+            program, info["rewrites"] = _stage("rewrite", timings, lambda: _coreml_rewrites(program, example, shapes))
         program, info["decompositions"] = _forms(program, options, timings)
         with _temp_folder(options):
             edge = _stage("lower", timings, lambda: _lower(program, partitioners))
@@ -92,6 +94,16 @@ def _int8(program, loaded, options: ExecuTorchOptions, example, shapes, timings:
     if calibration is not None:
         facts["calibration_images"] = int(len(calibration))
     return program, facts
+
+
+def _coreml_rewrites(program, example, shapes):
+    from vitexport.backends.coreml_common import rewrites
+    from vitexport.core.errors import UnsupportedByRuntime
+
+    try:
+        return rewrites.rewritten(program, example, shapes)
+    except rewrites.RankLimitError as e:
+        raise UnsupportedByRuntime(f"Core ML's delegate cannot hold this model: {e}") from None
 
 
 def _forms(program, options: ExecuTorchOptions, timings: dict):

@@ -1,0 +1,105 @@
+"""The graph rewrites that let Core ML take what it would refuse (vitexport.backends.coreml_common.rewrites):
+pure torch, no conversion, so each case takes well under a second."""
+
+import pytest
+import torch
+from torch import nn
+
+from vitexport.backends.coreml_common import rewrites
+
+
+class FullSlice(nn.Module):
+    """Swin's `x[:, :H, :W]` at full size: torch.export writes it as `aten.alias`."""
+
+    def forward(self, x):
+        return x[:, :, :x.shape[2]] * 2
+
+
+class Unroll(nn.Module):
+    """Hiera-style: a rank-6 view, permuted (unroll), split in three (unbind), max-pooled (amax)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 12)
+
+    def forward(self, x):  # (b, 64, 4)
+        b = x.shape[0]
+        x = x.reshape(b, 2, 4, 2, 4, 4).permute(0, 2, 4, 1, 3, 5).reshape(b, 64, 4)  # unroll
+        q, k, v = self.fc(x).reshape(b, 4, 4, 4, 3, 4).permute(4, 0, 3, 2, 1, 5).unbind(0)
+        q = q.reshape(b, 4, 2, 2, 4, 4).amax(dim=2)  # a rank-6 view reduced back to rank 5
+        s = k.reshape(b, 2, 2, 4, 4, 4).sum(dim=1, keepdim=True)  # rank 6, reduced, still rank 6
+        return q.flatten(1)[:, :64] + v.flatten(1)[:, :64] + s.flatten(1)[:, :64]
+
+
+class Rank7Chain(nn.Module):
+    """Hiera's reroll: a rank-7 view permuted back, one transposition after another."""
+
+    def forward(self, x):  # (b, 2, 2, 2, 2, 2, 3) values as (b, 96)
+        b = x.shape[0]
+        return x.reshape(b, 2, 2, 2, 2, 2, 3).permute(0, 6, 4, 2, 5, 3, 1).reshape(b, 96)
+
+
+class SwapThenView(nn.Module):
+    """Two axes swapped around a size-1 axis, then viewed: the tensor handed back must be contiguous
+    (Hiera's attention output failed its `view` without that)."""
+
+    def forward(self, x):  # (b, 36)
+        b = x.shape[0]
+        return x.reshape(b, 2, 2, 3, 1, 3).permute(0, 2, 1, 5, 4, 3).reshape(b * 4, 3, 3).view(b, 36) + 1
+
+
+class Scaled(nn.Module):
+    """A rank-6 tensor used by an op no rewrite covers (an elementwise multiply)."""
+
+    def forward(self, x):
+        b = x.shape[0]
+        return (x.reshape(b, 2, 2, 2, 2, 4) * 3).reshape(b, 64)
+
+
+def program(model, x, dynamic=False):
+    dims = ({0: torch.export.Dim("batch", min=1, max=64)},) if dynamic else None
+    return torch.export.export(model, (x,), dynamic_shapes=dims).run_decompositions({})
+
+
+def ranks(gm) -> list[int]:
+    return [len(n.meta["val"].shape) for n in gm.graph.nodes if hasattr(n.meta.get("val"), "shape")]
+
+
+def test_alias_is_dropped_and_the_values_stay():
+    x = torch.randn(2, 4, 8)
+    gm = program(FullSlice(), x).module()
+    assert rewrites.has_aliases(gm)
+    assert rewrites.drop_aliases(gm) == 1
+    assert not rewrites.has_aliases(gm)
+    torch.testing.assert_close(gm(x), FullSlice()(x))
+
+
+@pytest.mark.parametrize("model,shape", [(Unroll(), (2, 64, 4)), (Rank7Chain(), (2, 96)), (SwapThenView(), (2, 36))])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_high_rank_is_carried_below_the_limit_with_the_same_values(model, shape, dynamic):
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    gm = program(model, x, dynamic).module()
+    assert rewrites.has_high_rank(gm)
+    assert rewrites.fold_high_rank(gm) > 0
+    again = program(gm, x, dynamic)  # exported again, as conversion does: every shape recomputed
+    assert max(ranks(again.graph_module)) <= rewrites.RANK_LIMIT
+    for batch in ([2, 5] if dynamic else [2]):
+        x = torch.randn(batch, *shape[1:])
+        torch.testing.assert_close(again.module()(x), model(x))  # a reordering: the same values exactly
+
+
+def test_what_no_rewrite_covers_is_refused_naming_the_node():
+    gm = program(Scaled(), torch.randn(2, 64)).module()
+    with pytest.raises(rewrites.RankLimitError, match=r"rank-6 tensor \(2, 2, 2, 2, 2, 4\).*rank <= 5.*mul") as e:
+        rewrites.fold_high_rank(gm)
+    assert "view" in e.value.op and "Scaled" not in str(e.value) and "reshape(b, 2, 2, 2, 2, 4)" in str(e.value)
+
+
+def test_a_rank6_output_is_refused():
+    class Out(nn.Module):
+        def forward(self, x):
+            return x.reshape(1, 2, 2, 2, 2, 4)
+
+    with pytest.raises(rewrites.RankLimitError, match="the model returns it"):
+        rewrites.fold_high_rank(program(Out(), torch.randn(1, 64)).module())

@@ -48,6 +48,19 @@ class SwapThenView(nn.Module):
         return x.reshape(b, 2, 2, 3, 1, 3).permute(0, 2, 1, 5, 4, 3).reshape(b * 4, 3, 3).view(b, 36) + 1
 
 
+class WindowTranspose(nn.Module):
+    """Twins-style window partition: a rank-6 view with two axes swapped by `transpose`, then a
+    Linear on its last axis."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(5, 5)
+
+    def forward(self, x):  # (b, 4 * 2 * 3 * 2 * 5) values
+        b = x.shape[0]
+        return self.fc(x.reshape(b, 4, 2, 3, 2, 5).transpose(2, 3)).reshape(b, 240)
+
+
 class Scaled(nn.Module):
     """A rank-6 tensor used by an op no rewrite covers (an elementwise multiply)."""
 
@@ -74,7 +87,8 @@ def test_alias_is_dropped_and_the_values_stay():
     torch.testing.assert_close(gm(x), FullSlice()(x))
 
 
-@pytest.mark.parametrize("model,shape", [(Unroll(), (2, 64, 4)), (Rank7Chain(), (2, 96)), (SwapThenView(), (2, 36))])
+@pytest.mark.parametrize("model,shape", [(Unroll(), (2, 64, 4)), (Rank7Chain(), (2, 96)), (SwapThenView(), (2, 36)),
+                                         (WindowTranspose(), (2, 240))])
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_high_rank_is_carried_below_the_limit_with_the_same_values(model, shape, dynamic):
     torch.manual_seed(0)

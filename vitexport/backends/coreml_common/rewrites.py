@@ -107,11 +107,19 @@ class _Folder:
             elif source is not None and node.target in same:
                 self._keep(node, source)
             elif source is not None and node.target is a.permute.default:
-                self._permute(node, source)
+                self._permute(node, source, node.args[1])
+            elif source is not None and node.target is a.transpose.int:  # a permute of two axes (Twins)
+                rank = len(self.carried[source][1])
+                order = list(range(rank))
+                first, second = (d % rank for d in node.args[1:3])
+                order[first], order[second] = second, first
+                self._permute(node, source, order)
             elif source is not None and node.target in (a.unbind.int, a.select.int):
                 self._select(node, source)
             elif source is not None and node.target in reductions:
                 self._reduce(node, source)
+            elif source is not None and node.target is a.linear.default:
+                self._last_axis(node, source)
             else:
                 what = _shape(source) if source is not None else shape
                 raise RankLimitError(source if source is not None else node, what,
@@ -136,9 +144,9 @@ class _Folder:
     def _keep(self, node, source) -> None:
         self.carried[node] = self.carried[source]
 
-    def _permute(self, node, source) -> None:
+    def _permute(self, node, source, dims) -> None:
         held, shape = self.carried[source]
-        order = [d % len(shape) for d in node.args[1]]
+        order = [d % len(shape) for d in dims]
         with self.graph.inserting_before(node):
             for first, second in _transpositions(order):
                 # Swap two axes with everything between them merged: (pre, a, mid, b, post) is rank 5.
@@ -172,6 +180,15 @@ class _Folder:
             reduced = self.graph.call_function(node.target, (split, [1]))
         rest = [*shape[:dim], *([1] if keepdim else []), *shape[dim + 1:]]
         self._result(node, reduced, rest)
+
+    def _last_axis(self, node, source) -> None:
+        """An op on the last axis alone (a Linear, as Twins applies to its windows): the rows it reads
+        lie whole in the row-major order the tensor is held in."""
+        held, shape = self.carried[source]
+        with self.graph.inserting_before(node):
+            rows = self._reshape_here(held, [-1, shape[-1]], node)
+            value = self.graph.call_function(node.target, (rows, *node.args[1:]), dict(node.kwargs))
+        self._result(node, value, _shape(node))
 
     # -- helpers --------------------------------------------------------------------------------
     def _result(self, node, value, shape) -> None:

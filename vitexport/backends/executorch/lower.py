@@ -12,6 +12,7 @@ from pathlib import Path
 
 from vitexport.backends.executorch.libs import missing
 from vitexport.backends.executorch.options import ExecuTorchOptions
+from vitexport.backends.executorch.prehead import pre_head_of, with_pre_head
 from vitexport.core.errors import ExportError, VitexportError
 
 DELEGATE_IDS = {"xnnpack": "XnnpackBackend", "coreml": "CoreMLBackend", "portable": None}
@@ -41,6 +42,9 @@ def _export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:
     shapes = ({0: torch.export.Dim("batch", min=1, max=options.check_max_batch)},) if options.dynamic_batch else None
     info: dict = {"delegate": options.delegate, "input_dtype": "float16" if half else "float32",
                   "max_batch": options.check_max_batch if options.dynamic_batch else None, "trace_batch": batch}
+    if head := pre_head_of(loaded, example):  # a constant output: the program also returns the head's input
+        model = with_pre_head(model, head)
+        info["pre_head"] = {"head": head, "output": 1}
     partitioners = _partitioners(options)  # first: imports the delegate, whose loggers _quiet then mutes
     with torch.no_grad(), export_mode(), _quiet():
         program = _stage("torch.export", timings, lambda: torch.export.export(model, (example,), dynamic_shapes=shapes))

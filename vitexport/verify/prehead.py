@@ -41,7 +41,7 @@ def judge_pre_head(report, loaded: "LoadedModel", be, path, record, feed, tol) -
         _refresh(report)
         return
     m = metrics(head.features[:feed.real], found[:feed.real], tol)
-    report.pre_head = {"tensor": f"input of {head.path}", "reason": reason_text(head.path), "batch": len(feed.x),
+    report.pre_head = {"tensor": f"input of {head.path}", "why": reason_text(head.path), "batch": len(feed.x),
                        "feed": feed.name, **m}
     for c in vacuous:
         if m["passed"]:

@@ -3,6 +3,8 @@ and write the coverage table into the manual (docs/backends/families.md).
 
     python benchmarks/families.py                        # every family x every backend
     python benchmarks/families.py --backends onnx,torchscript --families swin,hiera
+    python benchmarks/families.py --resume               # go on where an interrupted run stopped
+    python benchmarks/families.py --table-only           # the page again from the results file
 
 Each cell ends in one of: verified (with the largest error, of the pre-head features where the output
 is constant), not checked here (built, but its runtime is elsewhere: why), refused as unavailable here
@@ -90,8 +92,8 @@ def machine() -> str:
     except OSError:
         pass
     versions = tool_versions()
-    tools = ", ".join(f"{k} {versions[k]}" for k in ("torch", "timm", "onnxruntime", "openvino", "executorch",
-                                                     "coremltools", "tensorrt-rtx-cu12-bindings") if k in versions)
+    wanted = ("torch", "timm", "onnx", "onnxruntime", "openvino", "executorch", "coremltools", "tensorrt")
+    tools = ", ".join(f"{k} {v}" for k, v in versions.items() if k in wanted or k.startswith(wanted[3:]))
     return f"{cpu}, {os.cpu_count()} CPUs, {platform.system()}, Python {platform.python_version()}; {tools}"
 
 
@@ -113,8 +115,9 @@ def write_doc(cells: list[dict], about: dict, path: Path) -> None:
         f"    {about['command']}",
         "",
         "Each cell: the outcome, the largest absolute error against PyTorch (of the pre-head features where",
-        "marked †), and the export's build time in seconds (wall clock, on a machine shared with other work:",
-        "the results file `benchmarks/results/families.json` also holds CPU seconds).",
+        "marked †), the export's build time in wall-clock seconds, and the CPU seconds of the whole cell",
+        "(export and check). The machine was shared with other work, so the wall clock includes waiting for",
+        "a core; the CPU seconds are the steadier number. Every cell is in `benchmarks/results/families.json`.",
         "",
         "| family | " + " | ".join(bes) + " |",
         "|---|" + "---|" * len(bes),
@@ -142,7 +145,7 @@ def write_doc(cells: list[dict], about: dict, path: Path) -> None:
 def _short(c: dict) -> str:
     if c["outcome"] == "verified":
         mark = "†" if c.get("pre_head") else ""
-        return f"verified {c['max_abs_error']:.1e}{mark}, {c['export_s']:.1f} s"
+        return f"verified {c['max_abs_error']:.0e}{mark} · {c['export_s']:.1f} s · {c['cpu_s']:.1f} s CPU"
     return {"not checked here": "not checked here", "unavailable": "refused (exit 3)",
             "parity failed": "**parity failed** (exit 4)", "error": f"**error** (exit {c['exit_code']})",
             "crashed": "**crashed**"}[c["outcome"]]
@@ -161,7 +164,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--doc", type=Path, default=DOC)
     parser.add_argument("--resume", action="store_true", help="keep the cells the results file holds already")
+    parser.add_argument("--table-only", action="store_true", help="write the page from the results file, run nothing")
     args = parser.parse_args(argv)
+    if args.table_only:
+        stored = json.loads(args.results.read_text())
+        write_doc(stored["cells"], stored["about"], args.doc)
+        print(f"wrote {args.doc}")
+        return 0
     known_families = families()
     chosen_backends = args.backends.split(",") if args.backends else [be.name for be in backends.exporters()]
     chosen_families = args.families.split(",") if args.families else list(known_families)

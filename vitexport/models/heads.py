@@ -29,18 +29,17 @@ def is_constant(a: "np.ndarray") -> bool:
 
 def constant_head(model, x: "np.ndarray") -> Head | str:
     """The head that makes the model's output constant for `x` (a float32 array), with its input, or
-    why there is none whose input carries information."""
+    why there is none whose input carries information. Run it in the caller's export mode
+    (models.sources.export_mode), as the model is run for export."""
     import torch
     from torch import nn
-
-    from vitexport.models.sources import export_mode
 
     calls: list[tuple[str, object, object]] = []  # (path, input, output) of every Linear, in call order
     hooks = [module.register_forward_hook(
         lambda _m, inputs, output, path=path: calls.append((path, inputs[0], output)))
         for path, module in model.named_modules() if isinstance(module, nn.Linear)]
     try:
-        with torch.inference_mode(), export_mode():
+        with torch.inference_mode():
             model(torch.from_numpy(x))
     finally:
         for h in hooks:

@@ -342,7 +342,10 @@ def _hides_features(model, x, y) -> bool:
 
     from vitexport.models.heads import Head, constant_head
 
-    return isinstance(y, torch.Tensor) and isinstance(constant_head(model, x.numpy()), Head)
+    if not isinstance(y, torch.Tensor):
+        return False
+    with export_mode():
+        return isinstance(constant_head(model, x.numpy()), Head)
 
 
 def _materialise_lazy(model, shape) -> None:

@@ -33,7 +33,10 @@ def judge_pre_head(report, loaded: "LoadedModel", be, path, record, feed, tol) -
     vacuous = [c for c in report.checks if c.get("constant_reference") and c["reason"].startswith(CONSTANT_OUTPUT)]
     if not vacuous:
         return
-    head = constant_head(loaded.model, feed.x)
+    from vitexport.models.sources import export_mode
+
+    with export_mode():
+        head = constant_head(loaded.model, feed.x)
     found = be.pre_head(loaded, path, record, feed.x, head.path) if isinstance(head, Head) else head
     if isinstance(found, str):
         for c in vacuous:

@@ -110,9 +110,9 @@ def write_doc(cells: list[dict], about: dict, path: Path) -> None:
         "samples/models/families.py:FAMILY` does. A model whose output is constant at random weights (Hiera's",
         "classifier starts at zero) is judged on its pre-head features ([verification](../verification.md)).",
         "",
-        f"Measured on {about['machine']}, {about['date']}, with",
+        f"Measured on {about['machine']}, {about['date']}, with (`--resume` goes on from the cells stored)",
         "",
-        f"    {about['command']}",
+        *(f"    {command}" for command in about.get("commands", [about.get("command", "")])),
         "",
         "Each cell: the outcome, the largest absolute error against PyTorch (of the pre-head features where",
         "marked †), the export's build time in wall-clock seconds, and the CPU seconds of the whole cell",
@@ -179,11 +179,13 @@ def main(argv: list[str]) -> int:
     unknown = [f for f in chosen_families if f not in known_families]
     if unknown:
         parser.error(f"unknown families: {', '.join(unknown)} (known: {', '.join(known_families)})")
-    done = json.loads(args.results.read_text())["cells"] if args.resume and args.results.exists() else []
-    have = {(c["family"], c["backend"]) for c in done}
-    cells = list(done)
+    stored = json.loads(args.results.read_text()) if args.resume and args.results.exists() else {"cells": []}
+    have = {(c["family"], c["backend"]) for c in stored["cells"]}
+    cells = list(stored["cells"])
+    command = " ".join(["python benchmarks/families.py", *(shlex.quote(a) for a in argv)])
+    earlier = stored.get("about", {})
     about = {"machine": machine(), "date": time.strftime("%Y-%m-%d"),
-             "command": "python benchmarks/families.py " + " ".join(shlex.quote(a) for a in argv)}
+             "commands": [*earlier.get("commands", [earlier["command"]] if "command" in earlier else []), command]}
     with tempfile.TemporaryDirectory(prefix="vitexport-families-") as work:
         for backend in chosen_backends:
             for family in chosen_families:

@@ -178,6 +178,14 @@ def test_splits_and_chunks_are_written_as_slices():
     for got, want in zip(program.module()(x), Splits()(x)):
         assert torch.equal(got, want)
 
+    class ChannelSplit(torch.nn.Module):  # MobileViT-v2's q/k/v: sliced inside XNNPACK, they came out wrong
+        def forward(self, x):
+            q, kv = x.split([1, 4], dim=1)
+            return q * kv
+
+    program, used = xnnpack_forms(torch.export.export(ChannelSplit(), (torch.randn(2, 5, 3, 3),)), "fp32")
+    assert used == {} and any("split" in str(n.target) for n in program.graph.nodes)
+
 
 @needs_executorch
 def test_views_of_a_dynamic_batch_take_it_as_their_one_inferred_size():

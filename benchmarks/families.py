@@ -109,6 +109,8 @@ def write_doc(cells: list[dict], about: dict, path: Path) -> None:
         "backend exports them in fp32 and checks them against PyTorch as `vitexport BACKEND --model",
         "samples/models/families.py:FAMILY` does. A model whose output is constant at random weights (Hiera's",
         "classifier starts at zero) is judged on its pre-head features ([verification](../verification.md)).",
+        "Where it has not run: TensorRT engines on a GPU (built here, checked where one is), Core ML",
+        "predictions on macOS (checked here with vitexport's ML-program evaluator), ExecuTorch on a phone.",
         "",
         f"Measured on {about['machine']}, {about['date']}, with (`--resume` goes on from the cells stored)",
         "",

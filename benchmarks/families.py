@@ -148,7 +148,9 @@ def _short(c: dict) -> str:
     if c["outcome"] == "verified":
         mark = "†" if c.get("pre_head") else ""
         return f"verified {c['max_abs_error']:.0e}{mark} · {c['export_s']:.1f} s · {c['cpu_s']:.1f} s CPU"
-    return {"not checked here": "not checked here", "unavailable": "refused (exit 3)",
+    if c["outcome"] == "not checked here":
+        return f"built, not checked here · {c['export_s']:.1f} s · {c['cpu_s']:.1f} s CPU"
+    return {"unavailable": "refused (exit 3)",
             "parity failed": "**parity failed** (exit 4)", "error": f"**error** (exit {c['exit_code']})",
             "crashed": "**crashed**"}[c["outcome"]]
 

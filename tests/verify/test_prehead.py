@@ -22,7 +22,9 @@ DIRECT = [be.name for be in backends.exporters() if be.builds_from is None]
 # Backends that can read an internal tensor of their artifact; the others must fail such a model.
 EXPOSES = [name for name in DIRECT if type(backends.get(name)).pre_head is not Backend.pre_head]
 HIDES = [name for name in DIRECT if name not in EXPOSES]
-SLOW = {"executorch"}  # lowering, and a runtime loaded for each of three checks: about 45 s on 2 cores
+# ExecuTorch: lowering, and a runtime loaded for each of three checks (about 45 s on 2 cores); Core ML:
+# conversion and its evaluator (7-30 s). The ONNX case below covers a backend that cannot show them.
+SLOW = {"executorch", "coreml"}
 
 
 def cases(names):

@@ -155,6 +155,38 @@ def test_unsupported_attention_keeps_pytorchs_decomposition():
     assert torch.allclose(program.module()(x), Mixed()(x), atol=1e-5)
 
 
+def test_splits_and_chunks_are_written_as_slices():
+    """XNNPACK has no split: EfficientViT's q/k/v chunks stayed outside the delegate and cut its
+    program into 5 calls. As slices they are taken whole, with the same values; a split whose size is
+    dynamic keeps PyTorch's decomposition."""
+    import torch
+
+    from vitexport.backends.executorch.decompose import xnnpack_forms
+
+    class Splits(torch.nn.Module):
+        def forward(self, x):
+            q, k, v = x.chunk(3, dim=1)
+            a, b = x.split([5, 7], dim=1)
+            c, d, e = x.split(5, dim=1)  # 5, 5 and the 2 left
+            return q * k + v, a.sum(1) + b.sum(1) + c.sum(1) + d.sum(1) + e.sum(1)
+
+    x = torch.randn(2, 12, 3)
+    program, used = xnnpack_forms(torch.export.export(Splits(), (x,)), "fp32")
+    assert used == {"split": 3}
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert not {t for t in targets if "split" in t or "chunk" in t}, targets
+    for got, want in zip(program.module()(x), Splits()(x)):
+        assert torch.equal(got, want)
+
+    class ChannelSplit(torch.nn.Module):  # MobileViT-v2's q/k/v: sliced inside XNNPACK, they came out wrong
+        def forward(self, x):
+            q, kv = x.split([1, 4], dim=1)
+            return q * kv
+
+    program, used = xnnpack_forms(torch.export.export(ChannelSplit(), (torch.randn(2, 5, 3, 3),)), "fp32")
+    assert used == {} and any("split" in str(n.target) for n in program.graph.nodes)
+
+
 @needs_executorch
 def test_views_of_a_dynamic_batch_take_it_as_their_one_inferred_size():
     """XNNPACK's view takes one inferred (-1) size but no symbolic one, and under a dynamic batch

@@ -320,6 +320,13 @@ class Backend(ABC):
         """Where a divergence starts (first encoder block out of tolerance); None where it cannot tell."""
         return None
 
+    def pre_head(self, loaded: "LoadedModel", path: Path, record: "ArtifactRecord", x: "np.ndarray",
+                 head: str) -> "np.ndarray | str":
+        """The artifact's own input to the module at `head` (the classifier) for input `x`, or why it
+        cannot be read. The check of a model whose output is constant compares it with PyTorch's
+        (verify/prehead.py); where it cannot be read, that check fails rather than pass vacuously."""
+        return f"{self.name} artifacts cannot expose an internal tensor here"
+
     def candidates(self, target: str, calibration_images: str | None) -> list[Candidate]:
         """The variants `vitexport optimize` builds, verifies and times for `target` ("cpu", "cuda"),
         each with the bench target that times it. optimize gathers every backend's candidates, so

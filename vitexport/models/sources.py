@@ -299,7 +299,8 @@ def _output_names(model, spec: SourceSpec) -> list[str] | None:
 def _user_outputs(model, shape, spec: SourceSpec, given: list[str] | None):
     """The model, flattened to return tensors only when its output is a dict, dataclass, namedtuple or
     a nesting (vitexport.models.outputs), and its outputs' names. A model whose outputs are the same for two
-    different inputs is refused: there is nothing to export or check, and exporters drop its input."""
+    different inputs is refused: there is nothing to export or check, and exporters drop its input;
+    unless a constant head hides features that depend on the input (then those are checked)."""
     import torch
 
     from vitexport.models.outputs import flat_names, flattened, pick, tensor_paths
@@ -325,7 +326,7 @@ def _user_outputs(model, shape, spec: SourceSpec, given: list[str] | None):
             f"output {flat_names(paths, given, spec.model)[paths.index(broken[0])]}"
         raise SourceError(f"{spec.model}: PyTorch computes NaN or infinity in {which} for a random input; every "
                           "check feeds random inputs, so the model must stay finite on them")
-    if all(torch.equal(pick(y1, p), pick(y2, p)) for p in paths):
+    if all(torch.equal(pick(y1, p), pick(y2, p)) for p in paths) and not _hides_features(model, x1, y1):
         raise SourceError(f"{spec.model}: its outputs are the same for two different inputs, so they do not "
                           "depend on the input; there is nothing to export or check")
     if isinstance(y1, torch.Tensor):
@@ -333,6 +334,19 @@ def _user_outputs(model, shape, spec: SourceSpec, given: list[str] | None):
     names = flat_names(paths, given, spec.model)
     flat = isinstance(y1, (tuple, list)) and not hasattr(y1, "_fields") and paths == [(i,) for i in range(len(y1))]
     return (model if flat else flattened(model, paths)), names
+
+
+def _hides_features(model, x, y) -> bool:
+    """Whether a constant single output comes from a constant head over features that do depend on the
+    input (a zero-initialised classifier): then verification compares those features instead."""
+    import torch
+
+    from vitexport.models.heads import Head, constant_head
+
+    if not isinstance(y, torch.Tensor):
+        return False
+    with export_mode():
+        return isinstance(constant_head(model, x.numpy()), Head)
 
 
 def _materialise_lazy(model, shape) -> None:

@@ -274,6 +274,13 @@ def checks(console, parity: dict[str, Any]) -> None:
     if parity.get("deterministic") is False:
         console.print("[red]not deterministic:[/red] the same input gave different outputs twice")
     lint_findings(console, parity.get("lint", []))
+    pre_head = parity.get("pre_head")
+    if pre_head:  # a constant output, judged on the head's input
+        verdict = "[green]match[/green]" if pre_head["passed"] else "[red]differ[/red]"
+        numbers = (f"max abs error {pre_head['max_abs_error']:.3g}, cosine {pre_head['cosine_similarity']:.6f}"
+                   if "max_abs_error" in pre_head else escape(pre_head.get("reason") or ""))
+        console.print(f"constant output: the pre-head features ({escape(pre_head['tensor'])}) {verdict}: {numbers}",
+                      highlight=False)
     divergence = parity.get("divergence")
     if divergence:
         where = divergence.get("first_divergent_block")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from vitexport.core.progress import ProgressLike, as_progress
 from vitexport.verify.parity import DECISIVE_MARGIN, Finding, ImageCheck, ParityReport, Tolerance, compare
+from vitexport.verify.prehead import judge_pre_head
 
 if TYPE_CHECKING:
     import numpy as np
@@ -47,6 +48,8 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
         provider = runner.provider
         progress.advance()
     report = compare(runs, tol, record.precision)
+    # A constant output (zero head) is judged on the artifact's own pre-head features, when it can show them.
+    judge_pre_head(report, loaded, be, path, record, max(feeds, key=lambda f: len(f.x)), tol)
     report.deterministic = deterministic
     if not deterministic:
         report.fail("the artifact gave different outputs for the same input twice "

@@ -96,7 +96,10 @@ def metrics(reference: "np.ndarray", candidate: "np.ndarray", tol: Tolerance) ->
     if cosine < tol.min_cosine:
         reasons.append(f"cosine {cosine:.6f} < {tol.min_cosine}")
     if ref.size > 1 and np.ptp(ref) == 0:
-        # A constant reference (e.g. a zero-initialised head) makes any comparison pass vacuously.
+        # A constant reference (e.g. a zero-initialised head) makes any comparison pass vacuously; the
+        # check may then judge the pre-head features instead (verify/prehead.py). Last, so a reason
+        # that starts with it is the only one.
+        out["constant_reference"] = True
         reasons.append("the reference output is constant, so parity would pass vacuously "
                        "(zero-initialised head?); load trained weights")
     out["passed"] = not reasons
@@ -214,6 +217,8 @@ class ParityReport:
     lint: list[Finding] | None = None  # None: the backend has no lint
     divergence: Divergence | None = None
     skipped: str | None = None
+    # A constant output judged on the head's input instead: what was compared, why, and its metrics().
+    pre_head: dict | None = None
 
     @classmethod
     def not_checked(cls, reason: str, tol: Tolerance, precision: str) -> "ParityReport":
@@ -241,6 +246,8 @@ class ParityReport:
             d["lint"] = [f.to_dict() for f in self.lint]
         if self.divergence is not None:
             d["divergence"] = self.divergence.to_dict()
+        if self.pre_head is not None:
+            d["pre_head"] = self.pre_head
         return d
 
     @classmethod
@@ -260,7 +267,8 @@ class ParityReport:
                    deterministic=d.get("deterministic"),
                    images=ImageCheck(**images) if images else None,
                    lint=lint,
-                   divergence=Divergence(**divergence) if divergence else None)
+                   divergence=Divergence(**divergence) if divergence else None,
+                   pre_head=d.get("pre_head"))
 
 
 def compare(runs: list[tuple], tol: Tolerance, precision: str) -> ParityReport:

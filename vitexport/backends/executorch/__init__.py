@@ -8,7 +8,8 @@ Apple device.
 
 options: flags and their rules. lower: export, quantisation, lowering. decompose: the forms
 XNNPACK takes whole. quantize: PT2E int8. delegation: what the delegate took. pte: reading .pte
-files. runner: running them. threads: ExecuTorch's thread pool.
+files. runner: running them. threads: ExecuTorch's thread pool. prehead: the extra output of a
+program whose model has a constant head.
 """
 
 from __future__ import annotations
@@ -77,6 +78,20 @@ class ExecuTorchBackend(Backend):
         if record.info.get("delegate") == "coreml" and not _coreml_runtime():
             return EmbeddedCoreMLRunner(Path(path), record)
         return ExecuTorchRunner(Path(path), record, run.threads)
+
+    def pre_head(self, loaded, path: Path, record, x, head: str):
+        """The program's extra output, when it was lowered with one (prehead.py)."""
+        from vitexport.backends.executorch.runner import ExecuTorchRunner
+
+        extra = record.info.get("pre_head") or {}
+        if extra.get("head") != head:
+            return f"the program was lowered without the input of {head} as an output of its own"
+        if record.info.get("delegate") == "coreml" and not _coreml_runtime():
+            return "the Core ML delegate runs on Apple devices; its embedded program is checked without it"
+        with ExecuTorchRunner(Path(path), record) as runner:
+            outputs = runner.every_output(x)
+        index = len(record.output_names) - 1 + extra["output"]
+        return outputs[index] if index < len(outputs) else f"the program returns no output {index}"
 
     def check_batches(self, record, max_batch: int) -> list[int]:
         """1, 3 and the bound the program's memory was planned for (never above it)."""

@@ -3,7 +3,7 @@
 PyTorch's core-ATen decomposition of scaled_dot_product_attention adds a guard for fully masked
 rows (eq/logical_not/any/where/full_like over every score tensor), scales q and k with mul.Scalar
 and broadcasts 4-D matmuls with expand_copy; XNNPACK takes none of these, and LayerNorm and
-`x[:, 0]`-style selects have no XNNPACK form at all. Each leftover op runs single-threaded in
+`x[:, 0]`-style selects and splits have no XNNPACK form at all. Each leftover op runs single-threaded in
 ExecuTorch's own kernels between small delegate calls. The forms below compute the same values
 with ops XNNPACK has (bmm, softmax, 4-D mean, slice, static view), so the delegate takes the
 whole graph. The user's module is not touched: only how its ops are written into the program.
@@ -26,6 +26,7 @@ FORMS = {
     "squeeze/unsqueeze": "a view",
     "gelu(tanh)": "0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))",
     "view(symbolic size)": "the same view with that size inferred (-1)",
+    "split": "one slice per piece (split, chunk)",
 }
 
 
@@ -104,6 +105,41 @@ def unsqueeze_as_view(x, dim):
     return x.reshape(shape[:dim] + [1] + shape[dim:])
 
 
+def split_as_slices(x, split_sizes, dim=0):
+    """split_with_sizes as one slice per piece: XNNPACK has no split, and each one left outside the
+    delegate cuts the graph there (EfficientViT-B0's attention chunks q, k and v: 4 splits made 5
+    delegate calls, and the lowering runs XNNPACK's passes once per call)."""
+    dim = dim % x.dim()
+    if not all(isinstance(size, int) for size in split_sizes) or not isinstance(x.shape[dim], int):
+        return NotImplemented  # a piece of dynamic size: left to PyTorch's own decomposition
+    if x.dim() == 4 and dim == 1:
+        # The channels of a 4-D tensor, which XNNPACK may hold channels-last: sliced there inside the
+        # delegate, MobileViT-v2's q/k/v came out wrong (cosine -0.23 to PyTorch), so they stay a split.
+        return NotImplemented
+    pieces, start = [], 0
+    for size in split_sizes:
+        pieces.append(x.narrow(dim, start, size))
+        start += size
+    return pieces
+
+
+def split_even_as_slices(x, split_size, dim=0):
+    """split into pieces of `split_size` (the last one shorter), as slices."""
+    dim = dim % x.dim()
+    total = x.shape[dim]
+    if not isinstance(split_size, int) or not isinstance(total, int) or split_size <= 0:
+        return NotImplemented
+    return split_as_slices(x, [min(split_size, total - i) for i in range(0, total, split_size)], dim)
+
+
+def chunk_as_slices(x, chunks, dim=0):
+    """chunk into pieces of ceil(size / chunks), as slices (EfficientViT's q, k, v)."""
+    total = x.shape[dim % x.dim()]
+    if not isinstance(total, int) or chunks <= 0:
+        return NotImplemented
+    return split_even_as_slices(x, -(-total // chunks), dim)
+
+
 def gelu_tanh_as_formula(x, approximate="none"):
     """GELU's tanh approximation spelt out (XNNPACK has tanh); the exact GELU stays as it is."""
     import torch
@@ -127,7 +163,10 @@ def xnnpack_forms(ep, precision: str, speed: bool = True):
                       aten.select.int: (select_as_slice, "select"), aten.matmul.default: (matmul_as_bmm, "matmul"),
                       aten.squeeze.dim: (squeeze_as_view, "squeeze/unsqueeze"),
                       aten.squeeze.dims: (squeeze_as_view, "squeeze/unsqueeze"),
-                      aten.unsqueeze.default: (unsqueeze_as_view, "squeeze/unsqueeze")})
+                      aten.unsqueeze.default: (unsqueeze_as_view, "squeeze/unsqueeze"),
+                      aten.split_with_sizes.default: (split_as_slices, "split"),
+                      aten.split.Tensor: (split_even_as_slices, "split"),
+                      aten.chunk.default: (chunk_as_slices, "split")})
     if speed and precision != "fp16":
         forms[aten.layer_norm.default] = (layer_norm_as_means, "layer_norm")
     table = {op: form for op, (form, _) in forms.items()}

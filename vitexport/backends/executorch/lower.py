@@ -12,6 +12,7 @@ from pathlib import Path
 
 from vitexport.backends.executorch.libs import missing
 from vitexport.backends.executorch.options import ExecuTorchOptions
+from vitexport.backends.executorch.prehead import pre_head_of, with_pre_head
 from vitexport.core import writer
 from vitexport.core.errors import ExportError, VitexportError
 
@@ -42,6 +43,9 @@ def _export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:
     shapes = ({0: torch.export.Dim("batch", min=1, max=options.check_max_batch)},) if options.dynamic_batch else None
     info: dict = {"delegate": options.delegate, "input_dtype": "float16" if half else "float32",
                   "max_batch": options.check_max_batch if options.dynamic_batch else None, "trace_batch": batch}
+    if head := pre_head_of(loaded, example):  # a constant output: the program also returns the head's input
+        model = with_pre_head(model, head)
+        info["pre_head"] = {"head": head, "output": 1}
     partitioners = _partitioners(options)  # first: imports the delegate, whose loggers _quiet then mutes
     with torch.no_grad(), export_mode(), _quiet():
         program = _stage("torch.export", timings, lambda: torch.export.export(model, (example,), dynamic_shapes=shapes))
@@ -58,13 +62,16 @@ def _export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:
     if options.delegate == "coreml":
         info["coreml"] = {"target": options.target, "compute_precision": options.precision,
                           "whole_program": _whole(info["delegation"])}
-    info["timings_s"] = {k: round(v, 2) for k, v in timings.items()}
+    info["timings_s"] = {k: round(v, 2) for k, v in timings.items() if not k.startswith("cpu:")}
+    info["cpu_s"] = {k[4:]: round(v, 2) for k, v in timings.items() if k.startswith("cpu:")}
     return info
 
 
 def _stage(name: str, timings: dict, fn):
-    """Run one step, timing it, with a library failure named after the step."""
-    t0 = time.perf_counter()
+    """Run one step, timing it (wall clock, and this process's CPU under `cpu:NAME`: on a shared
+    machine the wall clock mostly measures the wait for a core), with a library failure named
+    after the step."""
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         return fn()
     except VitexportError:
@@ -74,6 +81,7 @@ def _stage(name: str, timings: dict, fn):
         raise ExportError(f"ExecuTorch {name} failed: {type(e).__name__}: {text}") from None
     finally:
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
+        timings[f"cpu:{name}"] = timings.get(f"cpu:{name}", 0.0) + time.process_time() - c0
 
 
 def _int8(program, loaded, options: ExecuTorchOptions, example, shapes, timings: dict):

@@ -51,16 +51,21 @@ class ExecuTorchRunner(Runner):
         self.method = self.program = None
 
     def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
+        # The named outputs only: a program may return more after them (prehead.py).
+        return dict(zip(self.output_names, self.every_output(feed[self.input_name])))
+
+    def every_output(self, x: "np.ndarray") -> list["np.ndarray"]:
+        """Every output the program returns for `x`, in its order, as float32."""
         import numpy as np
         import torch
 
-        x = torch.from_numpy(np.ascontiguousarray(feed[self.input_name]))
+        x = torch.from_numpy(np.ascontiguousarray(x))
         try:
             outputs = self.method.execute([x.half() if self.half else x])
         except RuntimeError as e:
             raise RuntimeFailure(f"ExecuTorch failed to run {self.path.name} on a batch of {len(x)}: "
                                  f"{explain(e, self.path)}") from None
-        return {name: out.float().numpy() for name, out in zip(self.output_names, outputs)}
+        return [out.float().numpy() for out in outputs]
 
 
 class EmbeddedCoreMLRunner(Runner):

@@ -103,6 +103,11 @@ class OnnxBackend(Backend):
 
         return localize_onnx(loaded, path, x, record.input_names[0], tol)
 
+    def pre_head(self, loaded, path: Path, record, x, head: str):
+        from vitexport.backends.onnx_common.prehead import head_input
+
+        return head_input(path, x, record.input_names[0], head)
+
     def candidates(self, target: str, calibration_images: str | None) -> list[Candidate]:
         """fp32, fp32 slimmed, int8 dynamic, int8 static (with images to calibrate on), and fp16 where
         the target has fp16 kernels (a GPU; ONNX Runtime's CPU runs fp16 graphs through casts, slower).

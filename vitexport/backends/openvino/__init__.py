@@ -130,6 +130,11 @@ class OpenVinoBackend(Backend):
 
         return localize_ir(loaded, path, record, x, tol)
 
+    def pre_head(self, loaded, path: Path, record, x, head: str):
+        from vitexport.backends.openvino.localize import head_input
+
+        return head_input(path, record, x, head)
+
     def refine(self, loaded, options: OpenVinoOptions, path: Path, record):
         """int8 that failed its check: keep the encoder block (or the stem) that adds the most error in
         float, as the ONNX backend's accuracy search does."""

@@ -20,7 +20,7 @@ from vitexport.backends.onnx_common.localize import (
     encoder_blocks,
     reference_block_outputs,
 )
-from vitexport.backends.openvino.quantize import in_scope, node_scope, ops_of
+from vitexport.backends.openvino.quantize import constant_valued, in_scope, node_scope, ops_of
 from vitexport.verify.parity import Divergence, Tolerance
 
 
@@ -90,3 +90,28 @@ def stem_scopes(artifact: Path, loaded) -> tuple[str, ...]:
         if scope and scope not in scopes:
             scopes.append(scope)
     return tuple(scopes)
+
+
+def head_input(artifact: Path, record, x: np.ndarray, head: str) -> np.ndarray | str:
+    """The IR's own input to the module at `head` for `x` (what the first node converted from it reads,
+    exposed as an extra output), or why it cannot be read; run as `block_outputs` runs."""
+    from vitexport.backends.openvino.devices import compile_config, core, present, recorded_hint
+
+    model = core().read_model(str(artifact))
+    ops = [op for op in ops_of(model) if in_scope(node_scope(op.get_friendly_name()), head)]
+    if not ops:
+        return f"the IR's node names keep no node from the head's module path ({head})"
+    memo: dict = {}  # the first value a head node reads that is computed, not a (decompressed) weight
+    value = next((v for op in ops for v in op.input_values() if not constant_valued(v.get_node(), memo)), None)
+    if value is None:
+        return f"the nodes of the head ({head}) read only constants"
+    before = len(model.outputs)
+    model.add_outputs([value])
+    if len(model.outputs) != before + 1:
+        return "OpenVINO would not expose the head's input"
+    device = (record.options.get("device") or "CPU").upper()
+    device = device if present(device) else "CPU"
+    compiled = core().compile_model(model, device, compile_config(record.precision, device, None,
+                                                                  recorded_hint(record)))
+    results = compiled.create_infer_request().infer({record.input_names[0]: np.ascontiguousarray(x)})
+    return np.asarray(results[before])

@@ -88,6 +88,33 @@ class TorchScriptBackend(Backend):
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()) -> TorchScriptRunner:
         return TorchScriptRunner(Path(path), record.input_names[0], record.output_names)
 
+    def pre_head(self, loaded, path: Path, record, x, head: str):
+        """A traced module keeps each submodule's call in its parent's graph: in a fresh load, the call
+        of the head is cut out of its parent's graph (its output replaced by its input), so the
+        artifact's own forward returns what it fed the head."""
+        import numpy as np
+        import torch
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.jit's deprecation notice
+            root = torch.jit.load(str(path), map_location="cpu").eval()
+        *parents, child = head.split(".")
+        module = root
+        for name in parents:
+            module = getattr(module, name, None)
+            if not isinstance(module, torch.jit.ScriptModule):
+                return f"the traced module has no submodule {head}"
+        graph = module.forward.graph
+        calls = [n for n in graph.nodes() if n.kind() == "prim::CallMethod" and n.inputsSize() == 2
+                 and n.inputsAt(0).node().kind() == "prim::GetAttr" and n.inputsAt(0).node().s("name") == child]
+        if len(calls) != 1:
+            return f"the trace inlined the head ({head}), so its input has no name of its own"
+        call = calls[0]
+        call.output().replaceAllUsesWith(call.inputsAt(1))  # (n, features) where (n, classes) was
+        call.destroy()
+        with torch.inference_mode():
+            return np.asarray(root(torch.from_numpy(np.ascontiguousarray(x))).float())
+
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
         """torch.jit.load on the device's CPU or GPU (--device picks one)."""
         from vitexport.core.errors import UsageError

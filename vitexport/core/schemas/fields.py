@@ -3,6 +3,7 @@ ignored) and the kinds of values vitexport's files hold, each with its range."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -31,6 +32,8 @@ def _fmt(number: float) -> str:
 
 def within_check(value, low: float, high: float, above: bool = False):
     """`value` when it lies in [low, high] (or (low, high]); else the error every range check raises."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PydanticCustomError("finite_number", "{value} is not a finite number", {"value": _fmt(value)})
     if (value <= low if above else value < low) or value > high:
         interval = f"{'(' if above else '['}{_fmt(low)}, {_fmt(high)}]"
         raise PydanticCustomError("range", "{value} is not within {interval}",

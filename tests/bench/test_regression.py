@@ -338,7 +338,7 @@ def test_bad_baseline_options_exit_2_before_any_work(tmp_path, args, message, mo
               "results": [{"backend": "torch", "batch_size": 1, "device_label": "A"}]}
     (tmp_path / "merged.json").write_text(json.dumps(merged))
     ran = {"backend": "torch", "batch_size": 1, "precision": "fp32", "available": True}
-    for name, row in (("no_p50", ran), ("bad_rounds", {**ran, "latency_ms": {"p50": 1.0},
+    for name, row in (("no_p50", ran), ("bad_rounds", {**ran, "latency_ms": dict.fromkeys(("p50", "mean", "std", "min", "max", "p90", "p99"), 1.0),
                                                         "per_round": {"median_ms": ["x", -1]}})):
         (tmp_path / f"{name}.json").write_text(json.dumps({"schema": "vitexport.bench/1", "results": [row]}))
     (tmp_path / "not_rows.json").write_text(json.dumps({"schema": "vitexport.bench/1", "results": [7]}))

@@ -34,7 +34,7 @@ def test_the_schemas_stay_off_the_start_up_path():
 
 
 ROW = {"backend": "onnxruntime", "batch_size": 8, "precision": "fp32", "available": True,
-       "latency_ms": {"mean": 15.0, "p50": 15.0, "p90": 16.0, "p99": 17.0, "std": 0.5},
+       "latency_ms": {"mean": 15.0, "p50": 15.0, "p90": 16.0, "p99": 17.0, "std": 0.5, "min": 14.0, "max": 18.0},
        "throughput_ips": 533.0, "verification": {"status": "verified", "cosine_similarity": 0.99999,
                                                  "max_abs_error": 1e-5}}
 REPORT = {"schema": "vitexport.bench/1", "model": "tiny", "results": [ROW, ROW, ROW, ROW]}
@@ -63,6 +63,7 @@ def edited(path: str, value):
     ("results.0.batch_size", 2.0, "results[0].batch_size: 2 is a number, not a whole number"),
     ("results.2.backend", KeyError, "results[2].backend: is missing"),
     ("results.2.latency_ms", None, "results[2]: ran (available) but has no latency_ms.p50"),
+    ("results.2.latency_ms.mean", KeyError, "results[2]: ran (available) but has no latency_ms.mean"),
     ("results.0.verification.status", "great", "results[0].verification.status: 'great' is not one of"),
     ("results.0.throughput_ips", float("inf"), "results[0].throughput_ips: inf is not a finite number"),
     ("results.0.verification.accuracy", 1.5, "results[0].verification.accuracy: 1.5 is not within [0, 1]"),

@@ -14,6 +14,7 @@ from vitexport.core.schemas.fields import (Amount, Cosine, Count, Error, Number,
 
 SCHEMA = "vitexport.bench/1"
 MATRIX_SCHEMA = "vitexport.matrix-report/1"
+LATENCY_STATS = ("p50", "mean", "std", "min", "max", "p90", "p99")
 STATUSES = Literal["reference", "verified", "FAILED", "not-checked-here", "unverified"]
 
 
@@ -91,8 +92,11 @@ class Row(Record):
 
     @model_validator(mode="after")
     def _measured(self):
-        if self.available and (self.latency_ms is None or self.latency_ms.p50 is None):
-            raise ValueError("ran (available) but has no latency_ms.p50")
+        """A row that ran has every statistic vitexport writes: the tables, charts and gates read them."""
+        if self.available:
+            missing = [s for s in LATENCY_STATS if getattr(self.latency_ms, s, None) is None]
+            if missing:
+                raise ValueError(f"ran (available) but has no latency_ms.{missing[0]}")
         return self
 
 

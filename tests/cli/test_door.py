@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -27,9 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT / "data" / "door"
 TINY = ["--config", "tiny", "--set", "depth=1", "--set", "image_size=32"]
 FUZZ_EXAMPLES = int(os.environ.get("VITEXPORT_FUZZ_EXAMPLES", "0"))
-SETTINGS = settings(max_examples=FUZZ_EXAMPLES or 12, deadline=None, database=None, derandomize=not FUZZ_EXAMPLES,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                           HealthCheck.data_too_large])
+# VITEXPORT_FUZZ_SHRINK=0 reports the first failing example as found, without minimising it (faster).
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if os.environ.get("VITEXPORT_FUZZ_SHRINK") != "0"
+                                                          else [])
+SETTINGS = settings(max_examples=FUZZ_EXAMPLES or 10, deadline=None, database=None, derandomize=not FUZZ_EXAMPLES,
+                    phases=PHASES, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                                          HealthCheck.data_too_large])
 
 # What a hostile or careless hand may put in a field: other types, numbers at the edges, strings that
 # are paths, markup, control characters or very long.
@@ -283,3 +286,21 @@ def test_the_seeds_are_files_this_vitexport_reads(name, seed):
     from vitexport.core import schemas
 
     schemas.check(name, loaded(SEEDS / seed), seed)
+
+
+def test_the_files_this_vitexport_writes_pass_their_schemas_and_the_published_json_schemas(real):
+    """Both ways of reading the schemas accept what the commands wrote just now: the models, and the
+    JSON Schemas in the manual (with a JSON Schema validator, as another tool would)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from vitexport.core import schemas
+    from vitexport.export import sidecar
+
+    package = real["package"]
+    written = {"sidecar": sidecar.path_for(real["artifact"]), "bench-report": real["bench"],
+               "package-manifest": package / "manifest.json", "golden": package / "golden" / "golden.json",
+               "device-report": package / "device-report.json"}
+    for name, path in [*written.items(), ("bench-report", real["compare"])]:
+        document = loaded(path)
+        schemas.check(name, document, path)
+        published = json.loads((ROOT.parent / "docs" / "reference" / "schemas" / f"{name}.json").read_text())
+        jsonschema.validate(document, published)

@@ -87,3 +87,11 @@ def test_keys_a_newer_version_adds_are_let_through_and_a_plan_refuses_them():
 
 def test_a_cosine_off_by_the_last_bit_of_rounding_is_data():
     schemas.check("bench-report", edited("results.0.verification.cosine_similarity", 1.0000000000000002), "r.json")
+
+
+@pytest.mark.parametrize("plan", sorted((ROOT / "samples").rglob("*.toml")) + sorted((ROOT / "tests" / "data").rglob("*.toml")),
+                         ids=lambda p: p.name)
+def test_the_plans_shipped_are_plans_of_the_published_schema(plan):
+    import tomllib
+
+    schemas.check("matrix-plan", tomllib.loads(plan.read_text(encoding="utf-8")), plan.name)

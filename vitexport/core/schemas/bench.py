@@ -50,6 +50,15 @@ class VsBaseline(Record):
     regressed: bool = False
 
 
+class ThreadsApplied(Record):
+    threads: Optional[Count] = None
+    env: Optional[dict[str, str]] = None
+    late: Optional[list[str]] = None
+    ort: Optional[dict[str, Count]] = None
+    torch: Optional[Count] = None
+    torch_interop: Optional[Count] = None
+
+
 class Row(Record):
     """One backend at one batch size: measured, or unavailable with its reason."""
 
@@ -80,7 +89,8 @@ class Row(Record):
     roofline_basis: Optional[str] = None
     verification: Optional[Verification] = None
     vs_baseline: Optional[VsBaseline] = None
-    threads_applied: Optional[dict[str, Any]] = None
+    threads_applied: Optional[ThreadsApplied] = None
+    roofline_note: Optional[str] = None
     # Rows of a merged report name their machine and file; rows of a matrix report their cell.
     device_label: Optional[str] = None
     source_report: Optional[str] = None
@@ -108,6 +118,8 @@ class Library(Record):
 
 
 class Peak(Record):
+    """The CPU's theoretical peak: cores x FLOP per cycle x clock (all of them, or no rate at all)."""
+
     gflops: Optional[Amount] = None
     ghz: Optional[Amount] = None
     cores: Optional[Count] = None
@@ -115,6 +127,15 @@ class Peak(Record):
     isa: Optional[str] = None
     precision: Optional[str] = None
     clock_source: Optional[str] = None
+    note: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _whole(self):
+        if self.gflops:
+            missing = [k for k in ("ghz", "cores", "flop_per_cycle", "isa", "clock_source") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"a peak rate without its {missing[0]}")
+        return self
 
 
 class Roofline(Record):
@@ -139,6 +160,32 @@ class Range(Record):
     mean: Optional[Amount] = None
 
 
+class RoundConditions(Record):
+    clock_ghz: Optional[Amount] = None
+    reference_ms: Optional[Ms] = None
+    reference_each_ms: Optional[list[Ms]] = None
+    seconds: Optional[Seconds] = None
+    steal: Optional[Amount] = None
+
+
+class KernelRates(Record):
+    best: Amount
+    median: Amount
+    worst: Amount
+
+
+class KernelTimes(Record):
+    min: Ms
+    median: Ms
+    max: Ms
+
+
+class ReferenceKernel(Record):
+    what: str
+    gflops: KernelRates
+    ms: KernelTimes
+
+
 class Conditions(Record):
     """What the machine did during the run: clock, steal, the reference kernel's times per round."""
 
@@ -149,8 +196,13 @@ class Conditions(Record):
     seconds: Optional[Seconds] = None
     clock_ghz: Optional[Range] = None
     steal: Optional[Range] = None
-    per_round: Optional[list[dict[str, Any]]] = None
-    reference_kernel: Optional[dict[str, Any]] = None
+    per_round: Optional[list[RoundConditions]] = None
+    reference_kernel: Optional[ReferenceKernel] = None
+
+
+class Burst(Record):
+    ms: Optional[Amount] = None
+    runs: Optional[Count] = None
 
 
 class Settings(Record):
@@ -165,12 +217,31 @@ class Settings(Record):
     mode: Optional[str] = None
     allow_fallback: Optional[bool] = None
     batch: Optional[list[Size] | Literal["auto"]] = None
+    burst: Optional[Burst] = None
+    workers_started: Optional[str] = None
 
 
 class Fingerprint(Record):
+    """The machine a report was measured on (what makes two reports comparable)."""
+
     cpu: Optional[str] = None
     machine: Optional[str] = None
+    os: Optional[str] = None
+    python: Optional[str] = None
+    timestamp: Optional[str] = None
     threads: Optional[Count] = None
+    physical_cores: Optional[Count] = None
+    logical_cores: Optional[Count] = None
+    usable_cores: Optional[Count] = None
+    gpus: Optional[list[str]] = None
+    gpu_driver: Optional[str] = None
+    gpu_source: Optional[str] = None
+    cpu_features: Optional[list[str]] = None
+    libraries: Optional[dict[str, str]] = None
+    thread_env: Optional[dict[str, str]] = None
+    jetson_l4t: Optional[str] = None
+    jetson_power_mode: Optional[str] = None
+    jetson_clocks: Optional[str] = None
 
 
 class Source(Record):
@@ -201,36 +272,134 @@ class ParityBrief(Record):
 
 
 class CellTiming(Record):
-    batch: Optional[Size] = None
-    status: Optional[str] = None
+    batch: Size
+    status: str
     reason: Optional[str] = None
     cached: Optional[bool] = None
-    rows: list[dict[str, Any]] = []
+    key: Optional[str] = None
+    node: Optional[str] = None
+    rows: list[dict[str, Any]]
+
+
+class CellExport(Record):
+    status: str
+    artifact: Optional[str] = None
+    cached: Optional[bool] = None
+    seconds: Optional[Seconds] = None
+    provider: Optional[str] = None
 
 
 class Cell(Record):
+    """One model x target x bench target x device of the plan."""
+
     id: str
-    model: Optional[str] = None
-    target: Optional[str] = None
-    backend: Optional[str] = None
-    precision: Optional[str] = None
-    device: Optional[str] = None
-    status: Optional[str] = None
+    model: str
+    target: str
+    backend: str
+    precision: str
+    device: str
+    status: str
     reason: Optional[str] = None
+    bench_target: Optional[str] = None
     parity: Optional[ParityBrief] = None
-    timings: list[CellTiming] = []
+    export: Optional[CellExport] = None
+    timings: list[CellTiming]
+
+
+class Best(Record):
+    target: str
+    bench_target: Optional[str] = None
+    precision: Optional[str] = None
+    artifact: Optional[str] = None
+    p50_ms: Ms
+    throughput_ips: Optional[Amount] = None
+    cosine_similarity: Optional[Cosine] = None
+
+
+class Fastest(Record):
+    model: str
+    device: str
+    batch: Size
+    candidates: Count
+    best: Optional[Best] = None
 
 
 class MatrixSection(Record):
     """What a matrix report adds: its plan, every cell with its export's status and parity."""
 
     schema_: Literal["vitexport.matrix-report/1"] = Field(alias="schema")
-    name: Optional[str] = None
-    plan: Optional[str] = None
-    cells: list[Cell] = []
-    fastest: list[dict[str, Any]] = []
-    counts: dict[str, Count] = {}
-    exit_code: Optional[Count] = None
+    name: str
+    plan: str
+    out: Optional[str] = None
+    ran_on: Optional[str] = None
+    cells: list[Cell]
+    fastest: list[Fastest]
+    counts: dict[str, Count]
+    cached: dict[str, Count]
+    devices: dict[str, dict[str, Any]] = {}
+    exit_code: Count
+
+
+class Compared(Record):
+    """One row against its baseline row, with the verdict and its interval."""
+
+    row: str
+    baseline_row: Optional[str] = None
+    verdict: Optional[str] = None
+    why: Optional[str] = None
+    regressed: Optional[bool] = None
+    ratio: Optional[Amount] = None
+    low: Optional[Amount] = None
+    high: Optional[Amount] = None
+    confidence: Optional[Share] = None
+    rounds: Optional[Count | list[Count]] = None
+    p50_ms: Ms
+    baseline_p50_ms: Ms
+    threshold: Number
+    change: Optional[Number] = None
+
+
+class Unmatched(Record):
+    row: str
+    side: Literal["now", "baseline"]
+    reason: str
+
+
+class Baseline(Record):
+    """The comparison with `bench --baseline`: the rule, every compared row, what could not be compared."""
+
+    path: str
+    kind: Optional[str] = None
+    rule: str
+    compared: list[Compared]
+    regressions: list[Compared]
+    undecided: list[Compared] = []
+    inconclusive: list[Compared] = []
+    unmatched: list[Unmatched] = []
+    max_slowdown_pct: Optional[Number] = None
+    machine_differences: Optional[dict[str, Any]] = None
+
+
+class Gain(Record):
+    ratio: Amount
+
+
+class Step(Record):
+    batch: Size
+    throughput_ips: Amount
+    gain: Optional[Gain] = None
+
+
+class Sweep(Record):
+    """A `--batch auto` sweep: the batches tried, the knee, why it stopped."""
+
+    backend: str
+    precision: str
+    artifact: Optional[str] = None
+    knee_batch: Optional[Size] = None
+    knee_ips: Optional[Amount] = None
+    steps: list[Step]
+    stopped: str
 
 
 class BenchReport(Record):
@@ -255,7 +424,7 @@ class BenchReport(Record):
     merged_from: Optional[list[str]] = None
     sources: Optional[list[Source]] = None
     ranking: Optional[dict[str, list[str]]] = None
-    baseline: Optional[dict[str, Any]] = None
-    sweeps: Optional[list[dict[str, Any]]] = None
+    baseline: Optional[Baseline] = None
+    sweeps: Optional[list[Sweep]] = None
     matrix: Optional[MatrixSection] = None
     files: Optional[dict[str, str]] = None

@@ -304,3 +304,23 @@ def test_the_files_this_vitexport_writes_pass_their_schemas_and_the_published_js
         schemas.check(name, document, path)
         published = json.loads((ROOT.parent / "docs" / "reference" / "schemas" / f"{name}.json").read_text())
         jsonschema.validate(document, published)
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("verification.cosine_similarity", 1e308, "results[0].verification.cosine_similarity: 1e+308 is not within [-1, 1]"),
+    ("verification.max_abs_error", "2", "results[0].verification.max_abs_error: '2' is text, not a number"),
+    ("throughput_ips", "2", "results[0].throughput_ips: '2' is text, not a number"),
+])
+def test_report_refuses_the_numbers_that_broke_its_charts(real, tmp_path, field, value, named):
+    """A cosine of 1e308 overflowed the chart's ticks; a number written as a string broke its format."""
+    document = loaded(real["bench"])
+    row = next(r for r in document["results"] if r.get("verification", {}).get("status") == "verified")
+    document["results"] = [row]
+    *parents, leaf = field.split(".")
+    target = row
+    for part in parents:
+        target = target[part]
+    target[leaf] = value
+    result = invoke("report", write(tmp_path / "edited.json", document), "--out", tmp_path / "page.html")
+    assert result.exit_code == 2 and named in result.stderr, result.stderr
+    assert not (tmp_path / "page.html").exists()

@@ -4,9 +4,9 @@ are the backend's to check (its Options class, its own readers), their being obj
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from vitexport.core.schemas.fields import (Cosine, CosineOrNaN, Count, ErrorOrNonFinite, Number, Record, Sha256,
                                            Share, Size, Tolerance)
@@ -15,11 +15,34 @@ SCHEMA = "vitexport.sidecar/2"
 STATUSES = Literal["verified", "FAILED", "not-checked-here", "unverified"]
 
 
+class ConfigOverrides(Record):
+    """`--set` overrides of a preset's config, typed as `--set` types them (the config checks ranges)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image_size: Optional[Size | Annotated[list[Size], Field(min_length=2, max_length=2)]] = None  # 224, or [h, w]
+    patch_size: Optional[Size] = None
+    in_chans: Optional[Size] = None
+    num_classes: Optional[Count] = None
+    embed_dim: Optional[Size] = None
+    depth: Optional[Size] = None
+    num_heads: Optional[Size] = None
+    mlp_ratio: Optional[Number] = None
+    norm_eps: Optional[Number] = None
+    qkv_bias: Optional[bool] = None
+    activation: Optional[str] = None
+    pooling: Optional[str] = None
+    pos_embed: Optional[str] = None
+    attention: Optional[str] = None
+    mean: Optional[list[Number]] = None
+    std: Optional[list[Number]] = None
+
+
 class Spec(Record):
     """The model spec the artifact was made from: what `verify` rebuilds."""
 
     model: str
-    overrides: dict[str, Any] = {}
+    overrides: ConfigOverrides = ConfigOverrides()
     weights: Optional[str] = None
     allow_pickle: bool = False
     input_shape: Optional[list[Size]] = None

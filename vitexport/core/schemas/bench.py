@@ -160,6 +160,18 @@ class Range(Record):
     mean: Optional[Amount] = None
 
 
+class Clock(Record):
+    min: Amount
+    median: Amount
+    max: Amount
+    source: str
+
+
+class Steal(Record):
+    max: Amount
+    mean: Amount
+
+
 class RoundConditions(Record):
     clock_ghz: Optional[Amount] = None
     reference_ms: Optional[Ms] = None
@@ -194,8 +206,8 @@ class Conditions(Record):
     phase_changes: Optional[Count] = None
     threads: Optional[Count] = None
     seconds: Optional[Seconds] = None
-    clock_ghz: Optional[Range] = None
-    steal: Optional[Range] = None
+    clock_ghz: Optional[Clock] = None
+    steal: Optional[Steal] = None
     per_round: Optional[list[RoundConditions]] = None
     reference_kernel: Optional[ReferenceKernel] = None
 
@@ -271,6 +283,20 @@ class ParityBrief(Record):
     rtol: Optional[Amount] = None
 
 
+class CellRow(Record):
+    """A timing's row as a matrix cell shows it."""
+
+    batch_size: Size
+    available: bool
+    reason: Optional[str] = None
+    provider: Optional[str] = None
+    p50_ms: Optional[Ms] = None
+    p90_ms: Optional[Ms] = None
+    throughput_ips: Optional[Amount] = None
+    cv: Optional[Ratio] = None
+    roofline_fraction: Optional[Ratio] = None
+
+
 class CellTiming(Record):
     batch: Size
     status: str
@@ -278,7 +304,7 @@ class CellTiming(Record):
     cached: Optional[bool] = None
     key: Optional[str] = None
     node: Optional[str] = None
-    rows: list[dict[str, Any]]
+    rows: list[CellRow]
 
 
 class CellExport(Record):

@@ -40,15 +40,24 @@ def field_path(loc: tuple, data: Any) -> str:
     parts, here = [], data
     for step in loc:
         if isinstance(here, dict) and step in here:
-            parts.append(f".{step}" if parts else str(step))
+            parts.append(_key(step, first=not parts))
             here = here[step]
         elif isinstance(here, list) and isinstance(step, int) and 0 <= step < len(here):
             parts.append(f"[{step}]")
             here = here[step]
         elif isinstance(here, dict) and isinstance(step, str) and not _tag(step):
-            parts.append(f".{step}" if parts else step)  # a missing key
+            parts.append(_key(step, first=not parts))  # a missing key
             here = None
     return "".join(parts)
+
+
+def _key(key, first: bool) -> str:
+    """A key as a path step: `.name`, or `['odd key']` for one that is not plain printable text (a
+    control character in a key must not break the message's line)."""
+    text = str(key)
+    if text and text.isprintable() and not any(c in text for c in ".[]'\" ") and len(text) <= MAX_SHOWN:
+        return text if first else f".{text}"
+    return f"[{shown(text)}]"
 
 
 def _tag(step: str) -> bool:

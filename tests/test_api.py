@@ -41,3 +41,27 @@ def test_build_model_refuses_a_bad_spec_with_the_exports_error():
 
     with pytest.raises(ConfigError):
         api.build_model("no-such-preset")
+
+
+@pytest.mark.parametrize("call,named", [
+    (lambda: api.build_model(42), "api.build_model: spec should be a SourceSpec or a model spec string, not int"),
+    (lambda: api.build_model({"model": "tiny"}), "api.build_model: spec should be"),
+    (lambda: api.build_model(api.SourceSpec(42)), "api.build_model: spec.model should be a model spec string"),
+    (lambda: api.build_model(api.SourceSpec("tiny", seed="1")), "spec.seed should be a whole number, not str"),
+    (lambda: api.build_model(api.SourceSpec("tiny", overrides=[1])), "spec.overrides should be a dict"),
+    (lambda: api.export("onnx", {"model": "tiny"}), "api.export: spec should be a SourceSpec"),
+    (lambda: api.export(3, api.SourceSpec("tiny")), "api.export: backend should be a backend name"),
+    (lambda: api.export("onnx", api.SourceSpec("tiny"), {"opset": 17}), "api.export: options should be"),
+    (lambda: api.export("onnx", api.SourceSpec("tiny"), out_dir=5), "api.export: out_dir should be a folder"),
+    (lambda: api.export("onnx", api.SourceSpec("tiny"), atol="0.1"), "api.export: atol should be a number"),
+    (lambda: api.verify(None), "api.verify: artifact should be the artifact's path"),
+    (lambda: api.verify("x.onnx", run={"threads": 1}), "api.verify: run should be a RunOptions"),
+    (lambda: api.verify("x.onnx", max_batch=True), "api.verify: max_batch should be a whole number, not bool"),
+    (lambda: api.bench({"model": "tiny"}, ["torch"], [1]), "api.bench: spec should be a SourceSpec"),
+    (lambda: api.bench(api.SourceSpec("tiny"), "torch", [1]), "api.bench: targets should be a list"),
+    (lambda: api.bench(api.SourceSpec("tiny"), ["torch"], [1.5]), "api.bench: batches should be a list of whole"),
+])
+def test_arguments_of_the_wrong_type_are_a_type_error_naming_them(call, named):
+    with pytest.raises(TypeError) as caught:
+        call()
+    assert named in str(caught.value)

@@ -11,15 +11,21 @@ change between releases; these do not).
 
 Results are plain dicts: the `--json` output of the CLI. Each backend's options class lives in its
 package (`vitexport.backends.NAME.options`) and subclasses `ExportOptions`.
+
+An argument of the wrong type (`build_model(42)`, a dict where a SourceSpec belongs) raises a
+TypeError naming the function and the argument, before any work starts.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pathlib import Path
+
 from vitexport.backends.base import ExportOptions, RunOptions
 from vitexport.bench import run as _run
-from vitexport.export.pipeline import Gate, export, verify
+from vitexport.export import pipeline as _pipeline
+from vitexport.export.pipeline import Gate
 from vitexport.models.sources import SourceSpec
 
 if TYPE_CHECKING:
@@ -37,7 +43,52 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
     carrying the report, after the files are written."""
     from vitexport.report.files import write_all
 
+    if spec is not None:
+        _check_spec("bench", spec)
+    _check("bench", "targets", targets, (list, tuple), "a list of bench targets such as ['torch', 'onnxruntime']")
+    for target in targets:
+        _check("bench", "targets", target, str, "a list of bench target names (strings)")
+    if batches != "auto":
+        _check("bench", "batches", batches, (list, tuple), "a list of batch sizes or 'auto'")
+        for size in batches:
+            _check("bench", "batches", size, int, "a list of whole batch sizes or 'auto'")
+    _check("bench", "out_dir", options.get("out_dir", "."), (str, Path), "a folder (str or Path)")
     return _run.bench(spec, targets, batches, write_files=write_all, **options)
+
+
+def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
+           out_dir: str | Path = "vitexport-out", *, verify: bool = True, atol: float | None = None,
+           rtol: float | None = None, seed: int = 0, images: str | Path | None = None, name: str | None = None,
+           gate: Gate | None = None, force: bool = False, progress: Any = None) -> dict[str, Any]:
+    """Export `spec` with `backend` into `out_dir`, verify it against PyTorch (unless `verify` is
+    False) and write the artifact with its sidecar; return the `--json` result. `gate` overrides the
+    precision's accuracy gate on `images`; `force` replaces an earlier export of that name.
+    Raises ParityError (exit 4 in the CLI) when the artifact does not match PyTorch."""
+    _check("export", "backend", backend, str, "a backend name such as 'onnx'")
+    _check_spec("export", spec)
+    if options is not None:
+        _check("export", "options", options, ExportOptions, "a backend's options (an ExportOptions) or None")
+    _check("export", "out_dir", out_dir, (str, Path), "a folder (str or Path)")
+    keywords = dict(verify=verify, atol=atol, rtol=rtol, seed=seed, images=images, name=name, gate=gate, force=force)
+    _check_keywords("export", keywords)
+    return _pipeline.export(backend, spec, options, out_dir, progress=progress, **keywords)
+
+
+def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | None = None,
+           run: RunOptions = RunOptions(), images: str | Path | None = None, max_batch: int | None = None,
+           trust_code: bool = False, allow_pickle: bool = False, gate: Gate | None = None,
+           baseline: str | Path | None = None, max_error_growth: float | None = None,
+           progress: Any = None) -> dict[str, Any]:
+    """Re-check an existing artifact against the model recorded in its sidecar; return the `--json`
+    result. A sidecar naming Python code needs `trust_code`, one that asked for unpickling needs
+    `allow_pickle` again. Raises ParityError when the artifact no longer matches PyTorch (or its files
+    changed since export) and RegressionError when it is less accurate than `baseline` (an earlier
+    result) beyond `max_error_growth`."""
+    _check("verify", "artifact", artifact, (str, Path), "the artifact's path (str or Path)")
+    keywords = dict(atol=atol, rtol=rtol, run=run, images=images, max_batch=max_batch, trust_code=trust_code,
+                    allow_pickle=allow_pickle, gate=gate, baseline=baseline, max_error_growth=max_error_growth)
+    _check_keywords("verify", keywords)
+    return _pipeline.verify(artifact, progress=progress, **keywords)
 
 
 def build_model(spec: SourceSpec | str) -> "torch.nn.Module":
@@ -47,4 +98,48 @@ def build_model(spec: SourceSpec | str) -> "torch.nn.Module":
     the same spec. A string is a model spec as the CLI takes it (`tiny`, `timm:NAME`, `file.py:factory`)."""
     from vitexport.models.sources import load
 
+    _check_spec("build_model", spec, text_too=True)
     return load(SourceSpec(spec) if isinstance(spec, str) else spec).model
+
+
+# The keywords of export and verify that have one type: (types, what the message asks for).
+_KEYWORDS = {
+    "atol": ((int, float), "a number"), "rtol": ((int, float), "a number"), "seed": (int, "a whole number"),
+    "images": ((str, Path), "a folder of images (str or Path)"), "name": (str, "a file name (str)"),
+    "verify": (bool, "True or False"), "force": (bool, "True or False"), "trust_code": (bool, "True or False"),
+    "allow_pickle": (bool, "True or False"), "max_batch": (int, "a whole number"),
+    "run": (RunOptions, "a RunOptions"), "gate": (Gate, "a Gate"),
+    "baseline": ((str, Path), "a file (str or Path)"), "max_error_growth": ((int, float), "a number"),
+}
+
+
+def _check(function: str, name: str, value: Any, kinds: type | tuple[type, ...], wanted: str) -> None:
+    """TypeError naming the argument when `value` is not of `kinds` (a bool is not a number here)."""
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    numeric = any(k in (int, float) for k in kinds) and bool not in kinds
+    if not isinstance(value, kinds) or (numeric and isinstance(value, bool)):
+        raise TypeError(f"api.{function}: {name} should be {wanted}, not {type(value).__name__} {value!r:.60}")
+
+
+def _check_keywords(function: str, keywords: dict[str, Any]) -> None:
+    for name, value in keywords.items():
+        if name in _KEYWORDS and value is not None:
+            _check(function, name, value, *_KEYWORDS[name])
+
+
+def _check_spec(function: str, spec: Any, text_too: bool = False) -> None:
+    """A SourceSpec whose fields have their types (or, where `text_too`, a model spec string)."""
+    _check(function, "spec", spec, (SourceSpec, str) if text_too else SourceSpec,
+           "a SourceSpec or a model spec string" if text_too else "a SourceSpec, such as api.SourceSpec('tiny')")
+    if isinstance(spec, str):
+        return
+    _check(function, "spec.model", spec.model, str, "a model spec string")
+    _check(function, "spec.overrides", spec.overrides, dict, "a dict of config overrides")
+    if spec.weights is not None:
+        _check(function, "spec.weights", spec.weights, (str, Path), "a weights file (str or Path) or None")
+    _check(function, "spec.allow_pickle", spec.allow_pickle, bool, "True or False")
+    _check(function, "spec.seed", spec.seed, int, "a whole number")
+    if spec.input_shape is not None:
+        _check(function, "spec.input_shape", spec.input_shape, (tuple, list), "a tuple of sizes or None")
+        for size in spec.input_shape:
+            _check(function, "spec.input_shape", size, int, "a tuple of whole sizes or None")

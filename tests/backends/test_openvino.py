@@ -92,6 +92,32 @@ def test_a_damaged_ir_fails_verify_with_exit_4(fp32_ir, tmp_path, damage):
     assert ("is missing" if damage == "missing bin" else "corrupt or changed since export") in result.stderr
 
 
+@pytest.mark.parametrize("field,value,named", [
+    ("hint", "f64", "info.compile_config.INFERENCE_PRECISION_HINT is 'f64'"),
+    ("hint", ["f32"], "INFERENCE_PRECISION_HINT is ['f32']"),
+    ("device", "TPU", "options.device is 'TPU'"),
+    ("device", 7, "options.device is 7")])
+def test_a_forged_hint_or_device_in_a_sidecar_is_exit_2(fp32_ir, tmp_path, field, value, named):
+    """The sidecar of an int8 IR pins a hint in every compile; an edited one is bad input, not a
+    failure inside OpenVINO."""
+    import shutil
+
+    xml = Path(fp32_ir["artifact"])
+    for path in (xml, xml.with_suffix(".bin"), sidecar.path_for(xml)):
+        shutil.copy(path, tmp_path / path.name)
+    side = sidecar.path_for(tmp_path / xml.name)
+    record = json.loads(side.read_text())
+    record["precision"] = "int8"
+    record["options"]["inference_precision"] = "f32"
+    record["info"]["compile_config"] = {"INFERENCE_PRECISION_HINT": value if field == "hint" else "f32"}
+    if field == "device":
+        record["options"]["device"] = value
+    side.write_text(json.dumps(record))
+    result = invoke("verify", tmp_path / xml.name)
+    assert result.exit_code == 2, result.stderr
+    assert named in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.skipif(not BF16_HERE, reason="this CPU has no native bf16")
 def test_bf16_runs_in_bf16_under_its_gate(tmp_path):
     result = exported(tmp_path, "--precision", "bf16", "--images", IMAGES)

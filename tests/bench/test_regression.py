@@ -326,19 +326,19 @@ def test_a_disturbed_machine_gives_inconclusive_and_exit_0_after_measuring_again
     (["--batch", "x"], "--batch must be a whole number or auto"),
     (["--batch", "auto", "--batch", "2"], "--batch auto sweeps the batch itself"),
     (["--recheck-s", "-1"], "--recheck-s must be >= 0"),
-    (["--baseline", "{tmp}/no_p50.json"], "no_p50.json: result 1 (torch fp32, batch 1) ran but has no p50 latency"),
-    (["--baseline", "{tmp}/bad_rounds.json"], "bad_rounds.json: result 1 (torch fp32, batch 1) has malformed per-round timings"),
-    (["--baseline", "{tmp}/not_rows.json"], "result 1 is not a row"),
+    (["--baseline", "{tmp}/no_p50.json"], "no_p50.json: results[0]: ran (available) but has no latency_ms.p50"),
+    (["--baseline", "{tmp}/bad_rounds.json"], "bad_rounds.json: results[0].per_round.median_ms[0]: 'x' is text, not a number"),
+    (["--baseline", "{tmp}/not_rows.json"], "not_rows.json: results[0]: 7 is a whole number, not an object"),
 ])
 def test_bad_baseline_options_exit_2_before_any_work(tmp_path, args, message, monkeypatch):
     monkeypatch.setattr(benchrun, "measure_all", lambda *a, **k: pytest.fail("work started"))
     (tmp_path / "verify.json").write_text(json.dumps({"backend": "onnx", "parity": {}}))
     (tmp_path / "model.onnx").write_bytes(b"not a model")
     merged = {"schema": "vitexport.bench/1", "merged_from": ["a.json", "b.json"],
-              "results": [{"backend": "torch", "device_label": "A"}]}
+              "results": [{"backend": "torch", "batch_size": 1, "device_label": "A"}]}
     (tmp_path / "merged.json").write_text(json.dumps(merged))
     ran = {"backend": "torch", "batch_size": 1, "precision": "fp32", "available": True}
-    for name, row in (("no_p50", ran), ("bad_rounds", {**ran, "latency_ms": {"p50": 1.0},
+    for name, row in (("no_p50", ran), ("bad_rounds", {**ran, "latency_ms": dict.fromkeys(("p50", "mean", "std", "min", "max", "p90", "p99"), 1.0),
                                                         "per_round": {"median_ms": ["x", -1]}})):
         (tmp_path / f"{name}.json").write_text(json.dumps({"schema": "vitexport.bench/1", "results": [row]}))
     (tmp_path / "not_rows.json").write_text(json.dumps({"schema": "vitexport.bench/1", "results": [7]}))

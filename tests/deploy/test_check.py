@@ -139,7 +139,7 @@ def test_a_report_of_another_package_or_a_hostile_one_is_exit_2(onnx_package, tm
         edited["timings"]["cases"][case]["p50_ms"] = value
         result = judged(json.dumps(edited))  # NaN and Infinity as JSON tokens, as a hand edit leaves them
         assert result.exit_code == 2, (value, result.stdout, result.stderr)
-        assert f"timings of case {case}: p50_ms is" in result.stderr and "internal error" not in result.stderr
+        assert f"timings.cases.{case}.p50_ms: " in result.stderr and "internal error" not in result.stderr
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)
     result = verify(fifo, "--package", str(device))

@@ -111,6 +111,26 @@ def test_every_cell_passes_and_is_timed(first):
     assert "Fastest verified artifact" in Path(merged["files"]["md"]).read_text()
 
 
+def test_every_file_the_matrix_writes_passes_its_schema(first):
+    """What the matrix reads back on a later run (its cache records, the artifacts' sidecars) and what
+    `report` and `compare` read (its report, the per-device reports) are files of their schemas."""
+    from vitexport.core import schemas
+    from vitexport.core.schemas import matrix as matrix_schemas
+
+    plan, out, code, merged, stderr = first
+    checked = {"bench-report": [out / "matrix-plan.json", *(out / "reports").glob("*.json")],
+               "matrix-export-record": list((out / "cache").glob("export-*.json")),
+               "matrix-timing-record": list((out / "cache").glob("timing-*.json")),
+               "sidecar": list((out / "artifacts").glob("*/*.json"))}
+    assert all(checked.values()), checked
+    for name, files in checked.items():
+        for path in files:
+            schemas.check(name, json.loads(path.read_text()), path)
+    import tomllib
+
+    matrix_schemas.Plan.model_validate(tomllib.loads(plan.read_text()))
+
+
 def test_a_rerun_takes_every_cell_from_the_cache(first, tmp_path):
     plan, out, _, before, _ = first
     out = copy_of(out, tmp_path)

@@ -243,7 +243,7 @@ def test_a_report_with_nan_is_bad_input_naming_the_file_and_row(tmp_path):
     text = path.read_text().replace('"p50": 9.0', '"p50": NaN', 1)
     path.write_text(text)
     code, _, err = report_cli(path)
-    assert code == 2 and str(path) in err and "result 2" in err
+    assert code == 2 and str(path) in err and "results[1].latency_ms.p50: nan is not a finite number" in err
     assert not (tmp_path / "bench-0.html").exists()
 
 

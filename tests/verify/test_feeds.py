@@ -65,3 +65,15 @@ def test_bad_image_folders(tmp_path, setup, message):
         (folder / "broken.png").write_bytes(b"not a png")
     with pytest.raises(UsageError, match=message):
         load_images(folder, IMAGENET, (1, 3, 8, 8))
+
+
+def test_an_image_over_the_decompression_bomb_limit_is_refused_not_decoded(tmp_path, monkeypatch, recwarn):
+    """Between Pillow's bomb limit and twice it, Pillow only warns at Image.open: that warning is
+    refused too (the limit is lowered here so that a 40x40 image stands for a huge one)."""
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(folder / "big.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 1,600 pixels: over the limit, under twice it
+    with pytest.raises(UsageError, match="cannot read big.png.*decompression bomb"):
+        load_images(folder, IMAGENET, (1, 3, 8, 8))
+    assert not [w for w in recwarn if issubclass(w.category, Image.DecompressionBombWarning)]

@@ -17,15 +17,16 @@ from typing import Any, Iterable
 from vitexport.core.errors import UsageError
 
 SCHEMA = "vitexport.bench/1"
-# Beyond a day per call a latency is not a measurement but a typo or a broken writer.
-MAX_LATENCY_MS = 86_400_000.0
 
 # The files of one report, side by side under one stem.
 REPORT_SUFFIXES = ("json", "csv", "md", "png", "html")
 
 
 def load(path: Path) -> dict:
-    """Read a bench report, refusing anything that is not one (or is of another schema version)."""
+    """Read a bench report, refusing anything that is not one (or is of another schema version): every
+    field is checked against the report's schema (`vitexport.core.schemas.bench`), and any NaN or
+    infinity, also in the parts the schema passes through, is refused."""
+    from vitexport.core import schemas
     from vitexport.core.jsonfile import read_json
 
     report = read_json(Path(path), "bench report")
@@ -34,58 +35,11 @@ def load(path: Path) -> dict:
         if isinstance(schema, str) and schema.startswith("vitexport.bench/"):
             raise UsageError(f"{path} is a {schema} report; this vitexport reads {SCHEMA}")
         raise UsageError(f"{path} is not a vitexport bench report (schema {schema!r})")
-    if not isinstance(report.get("results"), list):
-        raise UsageError(f"{path} has no results list")
-    for i, row in enumerate(report["results"], 1):  # a hand-edited file, or a runtime that misbehaved
-        problem = row_problem(row)
-        if problem:
-            raise UsageError(f"{path}: result {i}{_row_name(row)} {problem}")
+    schemas.check("bench-report", report, path)
     where = _non_finite(report, "")  # vitexport writes no NaN or infinity anywhere: none is data
     if where:
         raise UsageError(f"{path}: {where}")
     return report
-
-
-def row_problem(row: Any) -> str | None:
-    """What makes a report row unusable as data (None if nothing): NaN, infinite, negative or absurd
-    latencies, throughputs or per-round timings."""
-    if not isinstance(row, dict):
-        return "is not a row"
-    latency = row.get("latency_ms")
-    if row.get("available") and not (isinstance(latency, dict) and _number(latency.get("p50"))):
-        return "ran but has no p50 latency"
-    for name, value in (latency or {}).items() if isinstance(latency, dict) else ():
-        if value is None:
-            continue
-        if not _number(value):
-            return f"has latency_ms.{name} = {value!r}, not a number"
-        low = 0.0 if name in ("std",) else None  # a spread may be 0; a time may not
-        if not math.isfinite(value) or (value < 0 if low is not None else value <= 0) or value > MAX_LATENCY_MS:
-            return f"has latency_ms.{name} = {value!r}, not a time a runtime took"
-    ips = row.get("throughput_ips")
-    if ips is not None and not (_number(ips) and math.isfinite(ips) and ips >= 0):
-        return f"has throughput_ips = {ips!r}, not a throughput"
-    per = row.get("per_round")
-    if per is None:
-        return None
-    series = [per.get(k, []) for k in ("median_ms", "reference_ms")] if isinstance(per, dict) else [None]
-    if not all(isinstance(s, list) and all(v is None or (_number(v) and math.isfinite(v) and 0 < v <= MAX_LATENCY_MS)
-                                           for v in s) for s in series):
-        return "has malformed per-round timings"
-    return None
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _row_name(row: Any) -> str:
-    if not isinstance(row, dict):
-        return ""
-    what = " ".join(str(row[k]) for k in ("backend", "precision") if isinstance(row.get(k), str))
-    batch = row.get("batch_size")
-    return f" ({what}{', ' if what and batch is not None else ''}{f'batch {batch}' if batch is not None else ''})" \
-        if what or batch is not None else ""
 
 
 def _non_finite(value: Any, where: str) -> str | None:

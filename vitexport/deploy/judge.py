@@ -20,7 +20,6 @@ from vitexport.report.names import device_name
 
 SCHEMA = "vitexport.device-report/1"
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-MAX_DEVICE_MS = 86_400_000.0  # a day per call: beyond it a timing is a broken writer, not data
 MAX_DIMS = 8
 
 
@@ -28,6 +27,7 @@ def judge(report_path: str | Path, *, package: str | Path | None = None, atol: f
           rtol: float | None = None, gate=None) -> dict[str, Any]:
     """The verify result for the report at `report_path` (the package: `package`, default the report's
     folder). Raises ParityError (exit 4) when the device's outputs leave tolerance."""
+    from vitexport.core import schemas
     from vitexport.core.jsonfile import read_json
     from vitexport.verify.parity import compare
 
@@ -46,7 +46,8 @@ def judge(report_path: str | Path, *, package: str | Path | None = None, atol: f
     problem = manifest.changed(folder, listed, golden_files)
     if problem:
         raise ParityError(f"the package {folder.name} is damaged, so its golden outputs prove nothing: {problem}")
-    golden = read_json(folder / "golden" / "golden.json", "golden data")
+    golden = schemas.check("golden", read_json(folder / "golden" / "golden.json", "golden data"),
+                           folder / "golden" / "golden.json")
     tol = _tolerance(listed, golden, atol, rtol, gate)
     got = {case["name"]: case for case in report["cases"]}
     unknown = sorted(set(got) - {c["name"] for c in golden["cases"]})
@@ -90,31 +91,14 @@ def judge(report_path: str | Path, *, package: str | Path | None = None, atol: f
 
 
 def _check_report(report: Any, path: Path) -> None:
-    """UsageError naming what is wrong with anything that is not a device report of this schema."""
-    def bad(what: str) -> UsageError:
-        return UsageError(f"{path} is not a readable device report: {what}")
+    """UsageError naming what is wrong with anything that is not a device report of this schema: the
+    schema's name first, then every field (`vitexport.core.schemas.deploy.DeviceReport`)."""
+    from vitexport.core import schemas
 
     if not isinstance(report, dict) or report.get("schema") != SCHEMA:
         schema = report.get("schema") if isinstance(report, dict) else None
-        raise bad(f"schema {schema!r}, expected {SCHEMA}")
-    pkg = report.get("package")
-    if not isinstance(pkg, dict) or not isinstance(pkg.get("manifest_sha256"), str):
-        raise bad("package.manifest_sha256 is missing")
-    device = report.get("device")
-    if not isinstance(device, dict) or not all(isinstance(k, str) for k in device):
-        raise bad("device should be an object of facts")
-    cases = report.get("cases")
-    if not isinstance(cases, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str)
-                                              and isinstance(c.get("outputs"), dict) for c in cases):
-        raise bad("cases should list objects with a name and outputs")
-    if len({c["name"] for c in cases}) != len(cases):
-        raise bad("a case is reported twice")
-    timings = report.get("timings")
-    for name, t in ((timings or {}).get("cases") or {}).items() if isinstance(timings, dict) else ():
-        for key, value in t.items() if isinstance(t, dict) else ():
-            if key.endswith("_ms") and not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                            and math.isfinite(value) and 0 <= value <= MAX_DEVICE_MS):
-                raise bad(f"timings of case {name}: {key} is {value!r}, not a time the device took")
+        raise UsageError(f"{path} is not a readable device report: schema {schema!r}, expected {SCHEMA}")
+    schemas.check("device-report", report, f"{path} is not a readable device report")
 
 
 def _array(entry: Any, where: str, path: Path) -> np.ndarray:

@@ -43,18 +43,13 @@ def read(folder: Path) -> dict[str, Any]:
     path = Path(folder) / NAME
     if not path.exists():
         raise UsageError(f"{folder} is not a vitexport package (it has no {NAME})")
+    from vitexport.core import schemas
+
     data = read_json(path, "package manifest", max_bytes=MAX_BYTES)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UsageError(f"{path} is not a vitexport package manifest (schema {SCHEMA})")
-    files = data.get("files")
-    if not isinstance(files, dict) or not all(
-            isinstance(k, str) and _inside(k) and isinstance(v, dict) and isinstance(v.get("sha256"), str)
-            and isinstance(v.get("size"), int) for k, v in files.items()):
-        raise UsageError(f"{path} is damaged: its files are not a list of names with sha256 and size")
-    for key, kind in (("artifact", dict), ("runner", dict), ("target", str)):
-        if not isinstance(data.get(key), kind):
-            raise UsageError(f"{path} is damaged: {key} is missing")
-    return data
+    # Every field (file names inside the package, sha256, sizes, target) against the manifest's schema.
+    return schemas.check("package-manifest", data, f"{path} is damaged")
 
 
 def digest(folder: Path) -> str:
@@ -102,7 +97,3 @@ def is_ours(folder: Path) -> bool:
         return isinstance(old, dict) and {"trtexec", "input_name", "precision"} <= set(old)
     return False
 
-
-def _inside(name: str) -> bool:
-    parts = name.split("/")
-    return bool(name) and not name.startswith("/") and all(p not in ("", ".", "..") for p in parts) and "\\" not in name

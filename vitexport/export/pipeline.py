@@ -262,6 +262,10 @@ def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int 
     check_weights_unchanged(spec, record.source.weights_sha256)
     progress.step(f"rebuilding {spec.model}")
     loaded = load(spec)
+    if list(loaded.input_shape[1:]) != list(record.input_shape[1:]):
+        # The sidecar names a model other than the one exported (an edited spec): nothing to compare.
+        raise UsageError(f"sidecar {sidecar.path_for(path).name} is damaged or forged: its model {spec.model} takes "
+                         f"input {list(loaded.input_shape[1:])}, its artifact {list(record.input_shape[1:])}")
     tol = tolerance(be, record.precision, atol, rtol, gate)
     batch_limit = max_batch or record.options.get("max_batch") or 8
     try:

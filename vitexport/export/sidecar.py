@@ -1,7 +1,8 @@
 """The JSON written next to every artifact (`NAME.EXT.json`): its `ArtifactRecord`, which holds
 everything needed to verify or benchmark the artifact later, on this machine or another.
 
-Schema 2; sidecars of schema 1 are read too (their `export_options` became `options`).
+Schema 2; sidecars of schema 1 are read too (their `export_options` became `options`). Both are
+checked field by field on read (`vitexport.core.schemas.artifact`): a damaged or forged one exits 2.
 """
 
 from __future__ import annotations
@@ -69,7 +70,6 @@ class ArtifactRecord:
             d["status"] = {True: "verified", False: "FAILED"}.get(passed, "unverified")
         known = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in d.items() if k in known}
-        _check_types(d)
         d["source"] = SourceRecord(**d["source"])
         d["parity"] = ParityReport.from_dict(d["parity"]) if d.get("parity") else None
         d["schema"] = SCHEMA
@@ -78,29 +78,6 @@ class ArtifactRecord:
     @property
     def passed(self) -> bool:
         return self.status == "verified"
-
-
-# Field -> type a readable sidecar holds there; anything else is a damaged (or forged) sidecar.
-TYPES = {"backend": str, "artifact": str, "source": dict, "seed": int, "precision": str, "input_names": list,
-         "output_names": list, "input_shape": list, "dynamic_batch": bool, "options": dict, "info": dict,
-         "tools": dict, "files": list, "published": list, "status": str}
-
-
-def _check_types(d: dict[str, Any]) -> None:
-    for key, kind in TYPES.items():
-        if key in d and not isinstance(d[key], kind):
-            raise ValueError(f"{key} should be a {kind.__name__}, not {type(d[key]).__name__}")
-    for key in ("input_names", "output_names"):
-        if not d.get(key) or not all(isinstance(n, str) for n in d[key]):
-            raise ValueError(f"{key} should list names")
-    if not isinstance(d["source"].get("spec"), dict) or not isinstance(d["source"]["spec"].get("model"), str):
-        raise ValueError("source.spec.model is missing")
-    notes = d["source"].get("notes", [])
-    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-        raise ValueError("source.notes should list sentences")
-    for name in d.get("files", []) + d.get("published", []):
-        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
-            raise ValueError(f"files should name files beside the artifact, not {name!r}")
 
 
 def path_for(artifact: Path) -> Path:
@@ -125,13 +102,18 @@ def read(artifact: Path) -> ArtifactRecord:
 
 def read_record_file(side: Path) -> ArtifactRecord:
     """The record in the sidecar file `side`; UsageError (exit 2) for anything that is not one."""
+    from vitexport.core import schemas
+
     data = read_json(side, "sidecar", max_bytes=MAX_BYTES)
     if not isinstance(data, dict) or data.get("schema") not in READABLE:
         schema = data.get("schema") if isinstance(data, dict) else None
         raise UsageError(f"sidecar {side} has schema {schema!r}, expected {SCHEMA}")
+    # Every field checked against its schema (vitexport.core.schemas.artifact) before anything is built.
+    schemas.check("sidecar" if data["schema"] == SCHEMA else "sidecar-v1", data,
+                  f"sidecar {side} is damaged or incomplete")
     try:
         return ArtifactRecord.from_dict(data)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # what the schema cannot see: a parity report
         raise UsageError(f"sidecar {side} is damaged or incomplete ({type(e).__name__}: {e})") from None
 
 

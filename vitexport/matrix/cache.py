@@ -36,6 +36,7 @@ class Cache:
 
     def get(self, kind: str, key: str) -> dict[str, Any] | None:
         """The record of `kind` ("export", "timing") under `key`, or None (missing or unreadable)."""
+        from vitexport.core import schemas
         from vitexport.core.errors import UsageError
         from vitexport.core.jsonfile import read_json
 
@@ -48,10 +49,12 @@ class Cache:
             return None  # damaged: redone and overwritten
         if not isinstance(record, dict) or record.get("schema") != SCHEMA or record.get("key") != key:
             return None
+        try:  # a field of the wrong type, NaN, infinite or absurd: damaged like an unreadable record, so redone
+            schemas.check(f"matrix-{kind}-record", record, path)
+        except UsageError:
+            return None
         if kind == "export" and not self.artifact_intact(record):
             return None
-        if kind == "timing" and not _timings_are_data(record):
-            return None  # NaN, infinite or absurd numbers: damaged like any unreadable record, so redone
         return record
 
     def put(self, kind: str, key: str, record: dict[str, Any]) -> Path:
@@ -88,9 +91,3 @@ class Cache:
             return False
         return integrity_problem(be, path, side) is None
 
-
-def _timings_are_data(record: dict[str, Any]) -> bool:
-    from vitexport.bench.stored import row_problem
-
-    rows = record.get("rows")
-    return isinstance(rows, list) and not any(row_problem(row) for row in rows)

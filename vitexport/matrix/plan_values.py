@@ -67,7 +67,8 @@ class PlanValues:
     def known(self, doc: dict, keys: tuple[str, ...], prefix: str) -> None:
         for k in doc:
             if k not in keys:
-                raise self.fail(f"{prefix}{k}", f"unknown key (known here: {', '.join(keys)})")
+                shown = k if k.isprintable() else repr(k)  # a control character must not break the line
+                raise self.fail(f"{prefix}{shown}", f"unknown key (known here: {', '.join(keys)})")
 
     def mapping(self, value: Any, key: str) -> dict:
         if not isinstance(value, dict):

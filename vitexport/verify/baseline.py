@@ -34,7 +34,9 @@ def load_parity_baseline(path: Path) -> dict:
         raise UsageError(f"--baseline {path} is not a vitexport verify or export --json output (no parity)")
     if parity.get("skipped") or parity.get("max_abs_error") is None:
         raise UsageError(f"--baseline {path} holds no parity numbers (the artifact was not checked there)")
-    return data
+    from vitexport.core import schemas
+
+    return schemas.check("verify-result", data, f"--baseline {path}")
 
 
 def check_growth(factor: float) -> None:

@@ -52,8 +52,13 @@ def preprocess(path, preprocessing: dict, shape: tuple[int, ...]) -> np.ndarray:
     channels, height, width = shape[1:]
     # Read first, bounded: a FIFO or a device among the images would otherwise block Pillow forever.
     data = read_bounded(Path(path), "image", MAX_IMAGE_BYTES)
-    with warnings.catch_warnings(), Image.open(io.BytesIO(data)) as opened:
-        warnings.simplefilter("error", Image.DecompressionBombWarning)  # refuse, do not just warn
+    # The filter is set before Image.open, which is where Pillow checks the header's size: set after
+    # it, an image between the bomb limit and twice it would be decoded with a warning, not refused.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        opened = Image.open(io.BytesIO(data))
+    with warnings.catch_warnings(), opened:
+        warnings.simplefilter("error", Image.DecompressionBombWarning)  # decoding checks again
         if preprocessing.get("processor"):
             from vitexport.models.hf.pixels import processor_pixels
 

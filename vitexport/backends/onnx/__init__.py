@@ -72,6 +72,11 @@ class OnnxBackend(Backend):
 
     def files(self, path: Path, record) -> list[Path]:
         data = record.info.get("external_data")
+        if data and (not isinstance(data, str) or Path(data).name != data or data in (".", "..")):
+            from vitexport.core.errors import UsageError  # the sidecar is data: a forged one is bad input
+
+            raise UsageError(f"the sidecar of {record.artifact} is damaged or forged: info.external_data is "
+                             f"{data!r}, not the name of a file beside the artifact")
         return [Path(path).with_name(data)] if data else []
 
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:

@@ -57,7 +57,7 @@ class OpenVinoBackend(Backend):
             return here
         from vitexport.backends.openvino import devices
 
-        device = (record.options.get("device") or "CPU").upper()
+        device = devices.recorded_device(record)
         hint = "bf16" if record.precision == "bf16" else devices.recorded_hint(record)
         why = devices.absent_reason(device) or (devices.hint_reason(hint, device) if hint else None)
         return Availability(why is None, why or "")
@@ -120,7 +120,7 @@ class OpenVinoBackend(Backend):
                            install="`pip install openvino numpy`",
                            settings={"file": path.name, "input_name": record.input_names[0],
                                      "output_names": list(record.output_names), "precision": record.precision,
-                                     "device": (record.options.get("device") or "CPU").upper()}
+                                     "device": devices.recorded_device(record)}
                            | _pinned_setting(devices.recorded_hint(record)),
                            notes=("`python3 check.py --device GPU` (or NPU) checks on that device; the report says "
                                   "which device ran and the precision it computed in.",))

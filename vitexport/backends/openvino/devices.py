@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from vitexport.core.errors import BackendUnavailable, first_line
+from vitexport.core.errors import BackendUnavailable, UsageError, first_line
 
 # OpenVINO's element types as vitexport names precisions, and back.
 TYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
@@ -106,7 +106,26 @@ def recorded_hint(record) -> str | None:
     keep `precision_hint`), and where the device was absent at export with auto."""
     if record.precision != "int8" or "inference_precision" not in record.options:
         return None
-    return (record.info.get("compile_config") or {}).get("INFERENCE_PRECISION_HINT")
+    # The sidecar is data: a hint OpenVINO does not know would fail inside compile_model (exit 1),
+    # where a damaged or forged sidecar is bad input (exit 2).
+    config = record.info.get("compile_config") or {}
+    hint = config.get("INFERENCE_PRECISION_HINT") if isinstance(config, dict) else config
+    if hint is not None and not (isinstance(hint, str) and hint in TYPE_NAMES):
+        raise UsageError(f"the sidecar of {record.artifact} is damaged or forged: "
+                         f"info.compile_config.INFERENCE_PRECISION_HINT is {hint!r}, not one of "
+                         f"{', '.join(TYPE_NAMES)}")
+    return hint
+
+
+def recorded_device(record) -> str:
+    """The device the IR was checked on at export (its sidecar's options.device), as OpenVINO spells it."""
+    from vitexport.backends.openvino.options import DEVICES
+
+    device = record.options.get("device") or "CPU"
+    if not isinstance(device, str) or device.upper() not in DEVICES:
+        raise UsageError(f"the sidecar of {record.artifact} is damaged or forged: options.device is {device!r}, "
+                         f"not one of {', '.join(DEVICES)}")
+    return device.upper()
 
 
 @functools.lru_cache(maxsize=None)

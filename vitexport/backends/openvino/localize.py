@@ -45,7 +45,7 @@ def block_outputs(loaded, artifact: Path, record, x: np.ndarray):
     """Each encoder block's output from the IR and from PyTorch on `x`, in block order, or a string
     saying why they cannot be read. Runs on the device the IR was checked on (the CPU when that is
     absent), in the precision it is checked in."""
-    from vitexport.backends.openvino.devices import compile_config, core, present, recorded_hint
+    from vitexport.backends.openvino.devices import compile_config, core, present, recorded_device, recorded_hint
 
     blocks = encoder_blocks(loaded.model)
     if not blocks:
@@ -58,7 +58,7 @@ def block_outputs(loaded, artifact: Path, record, x: np.ndarray):
     model.add_outputs([node.output(0) for node in nodes.values()])
     if len(model.outputs) != before + len(nodes):
         return "OpenVINO would not expose the blocks' outputs"
-    device = (record.options.get("device") or "CPU").upper()
+    device = recorded_device(record)
     device = device if present(device) else "CPU"
     compiled = core().compile_model(model, device, compile_config(record.precision, device, None,
                                                                   recorded_hint(record)))

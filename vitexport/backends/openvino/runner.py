@@ -19,7 +19,7 @@ def device_for(record: "ArtifactRecord", requested: tuple[str, ...], allow_fallb
     """The device to run on: the first requested one (a bench target's, or --provider), else the one the
     IR was checked on at export. A requested device that is absent is refused unless the fallback to
     the CPU is allowed."""
-    wanted = (requested[0] if requested else record.options.get("device") or "CPU").upper()
+    wanted = requested[0].upper() if requested else devices.recorded_device(record)
     why = devices.absent_reason(wanted)
     if why is None:
         return wanted

@@ -1,0 +1,205 @@
+"""What a deploy package holds and sends back: its manifest (`vitexport.package/1`), its golden data
+(`vitexport.golden/1`) and the report its check writes on the device (`vitexport.device-report/1`,
+judged by `vitexport verify --device-report`). A device report is data from elsewhere: every field is
+checked before anything is compared."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from vitexport.core.schemas.fields import (MAX_MS, Count, Cosine, ErrorOrNonFinite, Record, Sha256, Share, Size,
+                                           Spread, Tolerance, within_check)
+
+TARGETS = Literal["linux", "jetson", "macos", "ios", "android"]
+MAX_DIMS = 8
+NON_FINITE = Literal["NaN", "Infinity", "-Infinity"]
+
+
+def inside(name: str) -> str:
+    """A relative path inside the package ('/'-separated, no '..', no absolute path)."""
+    parts = name.split("/")
+    if not name or name.startswith("/") or "\\" in name or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"{name!r} is not a path inside the package")
+    return name
+
+
+class FileEntry(Record):
+    sha256: Sha256
+    size: Count
+
+
+class PackagedArtifact(Record):
+    backend: str
+    file: str
+    model: Optional[str] = None
+    precision: Optional[str] = None
+    sha256: Optional[Sha256] = None
+    sidecar: Optional[str] = None
+    status: Optional[str] = None
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, name: str) -> str:
+        return inside(name)
+
+
+class Manifest(Record):
+    """manifest.json: sha256 and size of every other file, the target, the artifact and its runner."""
+
+    schema_: Literal["vitexport.package/1"] = Field(alias="schema")
+    target: TARGETS
+    artifact: PackagedArtifact
+    runner: dict[str, Any]
+    check: Optional[dict[str, Any]] = None
+    versions: Optional[dict[str, Any]] = None
+    files: dict[str, FileEntry]
+
+    @field_validator("files")
+    @classmethod
+    def _inside(cls, files: dict[str, FileEntry]) -> dict[str, FileEntry]:
+        for name in files:
+            inside(name)
+        return files
+
+
+class GoldenCase(Record):
+    name: str
+    batch: Size
+    input: str
+    outputs: list[str]
+    rows: Optional[Count] = None
+    source: Optional[str] = None
+    images: Optional[list[str]] = None
+    labels: Optional[list[Optional[int]]] = None
+
+    @field_validator("input")
+    @classmethod
+    def _input(cls, name: str) -> str:
+        return inside(name)
+
+    @field_validator("outputs")
+    @classmethod
+    def _outputs(cls, names: list[str]) -> list[str]:
+        return [inside(n) for n in names]
+
+
+class GoldenTolerance(Record):
+    atol: Tolerance
+    rtol: Tolerance
+    min_cosine: Cosine
+
+
+class Golden(Record):
+    """golden/golden.json: the inputs the check feeds and PyTorch's outputs for them, with the tolerance."""
+
+    schema_: Literal["vitexport.golden/1"] = Field(alias="schema")
+    precision: str
+    input_name: str
+    output_names: list[str] = Field(min_length=1)
+    tolerance: GoldenTolerance
+    cases: list[GoldenCase]
+
+
+class Output(Record):
+    """One output as the device computed it: its shape and its values, non-finite ones as strings."""
+
+    shape: list[Count] = Field(max_length=MAX_DIMS)
+    data: list[float | NON_FINITE]
+
+    @model_validator(mode="after")
+    def _sized(self):
+        import math
+
+        if len(self.data) != math.prod(self.shape):
+            raise ValueError(f"data holds {len(self.data)} values; shape {self.shape} needs {math.prod(self.shape)}")
+        return self
+
+
+class CaseCheck(Record):
+    output: Optional[str] = None
+    passed: Optional[bool] = None
+    reason: Optional[str] = None
+    max_abs_error: Optional[ErrorOrNonFinite] = None
+    cosine_similarity: Optional[float] = None
+    top1_agreement: Optional[Share] = None
+
+
+class Case(Record):
+    name: str
+    outputs: dict[str, Output]
+    checks: Optional[list[CaseCheck]] = None
+
+
+class CaseTiming(Record):
+    """A case's timings: every `*_ms` key is a time the device took."""
+
+    batch: Optional[Size] = None
+    runs: Optional[Count] = None
+    warmup: Optional[Count] = None
+    p50_ms: Optional[Spread] = None
+    mean_ms: Optional[Spread] = None
+    min_ms: Optional[Spread] = None
+    max_ms: Optional[Spread] = None
+
+    @model_validator(mode="after")
+    def _times(self):
+        for key, value in (self.model_extra or {}).items():  # times a newer check may add
+            if key.endswith("_ms"):
+                if not isinstance(value, (int, float)) or isinstance(value, bool):
+                    raise ValueError(f"{key} is {value!r}, not a time the device took")
+                try:
+                    within_check(value, 0, MAX_MS)
+                except Exception:
+                    raise ValueError(f"{key} is {value!r}, not a time the device took") from None
+        return self
+
+
+class Timings(Record):
+    load_ms: Optional[Spread] = None
+    cases: dict[str, CaseTiming] = {}
+
+
+class ReportedPackage(Record):
+    manifest_sha256: Sha256
+    name: Optional[str] = None
+    artifact: Optional[str] = None
+    backend: Optional[str] = None
+    target: Optional[str] = None
+    files_verified: Optional[Count] = None
+
+
+class DeviceFacts(Record):
+    """What the device says about itself; printed, never acted on."""
+
+    model: Optional[str] = None
+    cpu: Optional[str] = None
+    os: Optional[str] = None
+    machine: Optional[str] = None
+    runtime: Optional[str] = None
+    provider: Optional[str] = None
+    compute_units: Optional[str] = None
+    stand_in: Optional[bool] = None
+
+
+class DeviceReport(Record):
+    """device-report.json, written by a package's check on the device."""
+
+    schema_: Literal["vitexport.device-report/1"] = Field(alias="schema")
+    package: ReportedPackage
+    device: DeviceFacts
+    cases: list[Case]
+    deterministic: Optional[bool] = None
+    timings: Optional[Timings] = None
+    created: Optional[str] = None
+    verdict: Optional[dict[str, Any]] = None
+
+    @field_validator("cases")
+    @classmethod
+    def _once(cls, cases: list[Case]) -> list[Case]:
+        names = [c.name for c in cases]
+        twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if twice is not None:
+            raise ValueError(f"case {twice!r} is reported twice")
+        return cases

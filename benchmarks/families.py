@@ -169,6 +169,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--doc", type=Path, default=DOC)
     parser.add_argument("--resume", action="store_true", help="keep the cells the results file holds already")
     parser.add_argument("--table-only", action="store_true", help="write the page from the results file, run nothing")
+    parser.add_argument("--redo", action="store_true",
+                        help="with --resume: run the chosen cells again, replacing what the results file holds for them")
     args = parser.parse_args(argv)
     if args.table_only:
         stored = json.loads(args.results.read_text())
@@ -184,8 +186,9 @@ def main(argv: list[str]) -> int:
     if unknown:
         parser.error(f"unknown families: {', '.join(unknown)} (known: {', '.join(known_families)})")
     stored = json.loads(args.results.read_text()) if args.resume and args.results.exists() else {"cells": []}
-    have = {(c["family"], c["backend"]) for c in stored["cells"]}
-    cells = list(stored["cells"])
+    chosen = {(f, b) for f in chosen_families for b in chosen_backends} if args.redo else set()
+    cells = [c for c in stored["cells"] if (c["family"], c["backend"]) not in chosen]
+    have = {(c["family"], c["backend"]) for c in cells}
     command = " ".join(["python benchmarks/families.py", *(shlex.quote(a) for a in argv)])
     earlier = stored.get("about", {})
     about = {"machine": machine(), "date": time.strftime("%Y-%m-%d"),

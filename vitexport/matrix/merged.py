@@ -81,15 +81,20 @@ def write(matrix: "Matrix", where: str) -> dict[str, Any]:
     merged["matrix"] = section(matrix, where)
     stem = stem_for(plan)
     files = {ext: str(out / f"{stem}.{ext}") for ext in EXTENSIONS}
-    merged["files"] = files
     with staging(out) as stage:
+        # Drawn first: without matplotlib the PNG is left out, and the JSON must not list it.
+        if not write_plot(labelled(merged), stage / f"{stem}.png"):
+            del files["png"]
+        merged["files"] = files
         write_json(merged, stage / f"{stem}.json")
         write_csv(merged, stage / f"{stem}.csv")
         write_markdown(merged, stage / f"{stem}.md")
-        write_plot(labelled(merged), stage / f"{stem}.png")
         (stage / f"{stem}.html").write_text(render([(f"{stem}.json", json_safe(merged))]), encoding="utf-8")
+        if "png" not in files:
+            Path(out / f"{stem}.png").unlink(missing_ok=True)  # an earlier run's plot would contradict these
         for ext in ("csv", "md", "png", "html", "json"):  # the JSON, which says the files are ours, last
-            os.replace(stage / f"{stem}.{ext}", files[ext])
+            if ext in files:
+                os.replace(stage / f"{stem}.{ext}", files[ext])
     return json.loads(Path(files["json"]).read_text())  # as written: NaN and infinities as null
 
 

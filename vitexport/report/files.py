@@ -123,12 +123,15 @@ def write_all(report: dict, stem: Path, inputs: Iterable[Path] = ()) -> dict[str
         write_json(report, partial["json"])
         write_csv(report, partial["csv"])
         write_markdown(report, partial["md"])
-        write_plot(report, partial["png"])
+        drawn = write_plot(report, partial["png"])  # False without matplotlib: the PNG is left out
         write_html(report, partial["html"])
         for ext, p in paths.items():
+            if ext == "png" and not drawn:
+                p.unlink(missing_ok=True)  # an earlier run's plot would contradict these numbers
+                continue
             os.replace(partial[ext], p)
     finally:
         for p in partial.values():
             p.unlink(missing_ok=True)
-    return {k: str(v) for k, v in paths.items()}
+    return {k: str(v) for k, v in paths.items() if k != "png" or drawn}
 

@@ -15,7 +15,6 @@ import pytest
 
 import extras_map
 from vitexport.report.files import write_all
-from vitexport.report.plots import left_out
 
 HERE = Path(__file__).resolve().parent
 SITES = extras_map.sites()
@@ -63,6 +62,8 @@ def bench_report(p50: float) -> dict:
 
 
 def test_without_matplotlib_the_png_is_left_out_and_nothing_else(tmp_path, monkeypatch):
+    from vitexport.report.plots import left_out
+
     stem = tmp_path / "bench-tiny"
     assert "png" in write_all(bench_report(20.0), stem)  # an earlier run, with matplotlib
     without(monkeypatch, "matplotlib")

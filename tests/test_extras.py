@@ -122,3 +122,23 @@ def test_on_the_core_install_a_command_finishes_or_names_its_extra_first(name, s
     if name == "compare":
         assert "PNG plot left out" in done.stderr and "vitexport[bench]" in done.stderr
         assert not (stored / "merged.png").exists() and (stored / "merged.html").is_file()
+
+
+CONTRIBUTOR_EXTRAS = {"dev", "docs", "browser"}  # tools to build, test and document vitexport, not to use it
+
+
+def section(text: str, title: str) -> str:
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+@pytest.mark.parametrize("extra", sorted(set(extras_map.extras()) - CONTRIBUTOR_EXTRAS))
+def test_each_extra_is_in_the_install_docs_and_the_install_matrix(extra):
+    """A new extra is documented where users choose what to install, and CI installs it alone."""
+    root = extras_map.ROOT
+    for page in (root / "README.md", root / "docs" / "quickstart.md"):
+        assert f"`{extra}`" in section(page.read_text(encoding="utf-8"), "Install"), f"{page.name} lacks {extra}"
+    script = (root / ".ci" / "install-matrix").read_text()
+    listed = script.split("all_extras=(", 1)[1].split(")", 1)[0].split()
+    assert extra in listed

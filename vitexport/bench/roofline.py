@@ -198,9 +198,9 @@ def _int8_model(n: int, weight) -> bytes:
 
 
 def _openvino(library: str, dtype: str, n: int, threads: int):
-    import openvino as ov
+    from vitexport.core.errors import BackendUnavailable, import_optional
 
-    from vitexport.core.errors import BackendUnavailable
+    ov = import_optional("openvino", "OpenVINO GEMM rates", "openvino")
 
     core = ov.Core()
     hint = {"float32": "f32", "bfloat16": "bf16"}.get(dtype)
@@ -208,7 +208,7 @@ def _openvino(library: str, dtype: str, n: int, threads: int):
         raise BackendUnavailable(f"no OpenVINO GEMM at {dtype}")
     if hint == "bf16" and "BF16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
         raise BackendUnavailable("this CPU has no native bf16 for OpenVINO")
-    import openvino.opset13 as ops
+    ops = import_optional("openvino.opset13", "OpenVINO GEMM rates", "openvino")
 
     a, b = _operands(n)
     pa, pb = ops.parameter([n, n], ov.Type.f32, name="a"), ops.parameter([n, n], ov.Type.f32, name="b")

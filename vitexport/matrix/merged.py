@@ -53,7 +53,7 @@ def write(matrix: "Matrix", where: str) -> dict[str, Any]:
     from vitexport.core import writer
     from vitexport.report.files import csv_text, html_text, json_text, write_json
     from vitexport.report.merge import merge
-    from vitexport.report.plots import write_plot
+    from vitexport.report.plots import can_draw, write_plot
 
     out, plan = matrix.out, matrix.plan
     check_writable(out, plan)
@@ -66,12 +66,18 @@ def write(matrix: "Matrix", where: str) -> dict[str, Any]:
     merged["matrix"] = section(matrix, where)
     stem = stem_for(plan)
     files = {ext: out / f"{stem}.{ext}" for ext in EXTENSIONS}
+    drawn = can_draw()  # without matplotlib the PNG is left out, and the JSON must not list it
+    if not drawn:
+        del files["png"]
     merged["files"] = {ext: str(p) for ext, p in files.items()}
-    writer.write_together({  # the JSON, which says the files are ours, last
-        files["csv"]: csv_text(merged), files["md"]: markdown_text(merged),
-        files["png"]: lambda tmp: write_plot(labelled(merged), tmp),
-        files["html"]: html_text(merged, files["json"].name),
-        files["json"]: json_text(merged)}, ours=lambda _: _is_ours(files["json"]), inputs=[plan.path])
+    parts = {files["csv"]: csv_text(merged), files["md"]: markdown_text(merged)}
+    if drawn:
+        parts[files["png"]] = lambda tmp: write_plot(labelled(merged), tmp)
+    parts[files["html"]] = html_text(merged, files["json"].name)
+    parts[files["json"]] = json_text(merged)  # the JSON, which says the files are ours, last
+    writer.write_together(parts, ours=lambda _: _is_ours(files["json"]), inputs=[plan.path])
+    if not drawn:
+        (out / f"{stem}.png").unlink(missing_ok=True)  # an earlier run's plot would contradict these
     return json.loads(json_text(merged))  # as written: NaN and infinities as null
 
 

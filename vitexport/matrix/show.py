@@ -9,7 +9,7 @@ from typing import Any
 def summary(merged: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from vitexport.report.terminal import escape, print_table, wide_console
+    from vitexport.report.terminal import escape, print_table, report_files, wide_console
 
     console = wide_console()
     m = merged["matrix"]
@@ -35,4 +35,4 @@ def summary(merged: dict[str, Any]) -> None:
     console.print(f"{len(m['cells'])} cells: {counts}; exports run {cached['exports_run']}, cached "
                   f"{cached['exports']}; timings run {cached['timings_run']}, cached {cached['timings']}",
                   highlight=False)
-    console.print("reports: " + ", ".join(merged["files"].values()), highlight=False, soft_wrap=True)
+    report_files(console, merged["files"])

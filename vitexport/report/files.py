@@ -15,7 +15,7 @@ from vitexport.bench.stored import check_writable, report_paths, set_is_ours
 from vitexport.core import writer
 from vitexport.report import tables
 from vitexport.report.names import machine_label
-from vitexport.report.plots import write_plot
+from vitexport.report.plots import can_draw, write_plot
 from vitexport.report.prose import baseline_lines, machine_line, roofline_lines, settings_line, sweep_lines
 from vitexport.report.tables import CSV_FIELDS, by_batch, table_columns, table_rows
 
@@ -125,8 +125,13 @@ def write_all(report: dict, stem: Path, inputs: Iterable[Path] = (), flag: str =
     stem = Path(stem)
     check_writable(stem, inputs, flag)
     paths = report_paths(stem)
-    files = {paths["csv"]: csv_text(report), paths["md"]: markdown_text(report),
-             paths["png"]: lambda tmp: write_plot(report, tmp), paths["html"]: html_text(report, paths["html"].name),
-             paths["json"]: json_text(report)}
+    drawn = can_draw()  # without matplotlib the PNG is left out: the plot repeats the tables
+    files = {paths["csv"]: csv_text(report), paths["md"]: markdown_text(report)}
+    if drawn:
+        files[paths["png"]] = lambda tmp: write_plot(report, tmp)
+    files[paths["html"]] = html_text(report, paths["html"].name)
+    files[paths["json"]] = json_text(report)
     writer.write_together(files, ours=set_is_ours(stem), inputs=inputs, flag=flag)
-    return {k: str(v) for k, v in paths.items()}
+    if not drawn:
+        paths["png"].unlink(missing_ok=True)  # an earlier run's plot would contradict these numbers
+    return {k: str(v) for k, v in paths.items() if k != "png" or drawn}

@@ -1,5 +1,7 @@
 """The bench report's plot (PNG): per batch size, latency and throughput of every row, with the rows
-that could not run still named. matplotlib is imported only when a plot is drawn."""
+that could not run still named. matplotlib is imported only when a plot is drawn, and it is optional
+(the `bench` extra): without it the PNG is left out, with a line that says so, and nothing else is lost
+(the HTML page draws its own charts without any library)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,29 @@ from vitexport.core.words import milliseconds
 from vitexport.report.tables import COLUMNS, by_batch, shorten, unavailable_note
 
 
-def write_plot(report: dict, path: Path) -> None:
+def left_out(files: dict) -> str | None:
+    """The line to print when a report's files lack the PNG (matplotlib was missing), else None."""
+    if "png" in files:
+        return None
+    return "PNG plot left out: matplotlib is not installed here (pip install 'vitexport[bench]')"
+
+
+def can_draw() -> bool:
+    """Whether matplotlib is installed here (the `bench` extra), without importing it."""
+    from importlib.util import find_spec
+
+    return find_spec("matplotlib") is not None
+
+
+def write_plot(report: dict, path: Path) -> bool:
     """One row of panels per batch size: latency (dot at p50, thick bar to p90, whisker to p99) and
     throughput. Unavailable backends keep their line, labelled with the reason, so the plot shows
-    everything that was tried; unstable rows are drawn in red."""
-    import matplotlib
+    everything that was tried; unstable rows are drawn in red. Returns False, having written nothing,
+    where matplotlib is not installed: the plot repeats the tables, so it never costs the run."""
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -71,3 +91,4 @@ def write_plot(report: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True

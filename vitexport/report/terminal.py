@@ -354,8 +354,20 @@ def bench_report(result: dict[str, Any]) -> None:
     for warning in result.get("warnings", []):
         stderr_console().print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     files = result.get("files")  # a run that failed wrote none: the earlier reports stand
-    console.print("reports: " + (", ".join(files.values()) if files else "none written (earlier ones are kept)"),
-                  highlight=False, soft_wrap=True)
+    if files:
+        report_files(console, files)
+    else:
+        console.print("reports: none written (earlier ones are kept)", highlight=False, soft_wrap=True)
+
+
+def report_files(console, files: dict[str, str]) -> None:
+    """Where the report's files are, and one line for the PNG when it was left out (and why)."""
+    from vitexport.report.plots import left_out
+
+    console.print("reports: " + ", ".join(files.values()), highlight=False, soft_wrap=True)
+    note = left_out(files)
+    if note:
+        stderr_console().print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
 
 
 def compare_report(merged: dict[str, Any]) -> None:
@@ -370,7 +382,7 @@ def compare_report(merged: dict[str, Any]) -> None:
                           highlight=False, soft_wrap=True)
     for b, names in merged["ranking"].items():
         console.print(f"batch {b}, fastest first: " + escape(" < ".join(names)), highlight=False)
-    console.print("reports: " + ", ".join(merged["files"].values()), highlight=False, soft_wrap=True)
+    report_files(console, merged["files"])
 
 
 def presets(rows: list[dict]) -> None:
@@ -397,6 +409,8 @@ def agreement(images: dict) -> str:
 
 def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
     """`vitexport optimize`: one row per candidate, the pick at each batch marked."""
+    from vitexport.report.plots import left_out
+
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
@@ -452,6 +466,9 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         won = [p for p in picks if p["artifact"] == artifact]
         at = f" (fastest at batch {', '.join(str(p['batch']) for p in won)})" if several else ""
         console.print(f"published {won[0]['candidate']}{at}: {artifact}", highlight=False, soft_wrap=True)
+    note = left_out(result["bench"]) if result.get("bench") else None
+    if note:  # its bench report's PNG
+        stderr_console().print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
 
 
 def doctor_report(d: dict[str, Any]) -> None:

@@ -48,7 +48,7 @@ class OpenVinoBackend(Backend):
         try:
             import openvino  # noqa: F401
         except ImportError:
-            return Availability(False, "openvino is not installed")
+            return Availability(False, "openvino is not installed: pip install 'vitexport[openvino]'")
         return Availability(True)
 
     def runs_here_for(self, record) -> Availability:

@@ -12,12 +12,20 @@ import types
 from typing import Callable
 
 
+def _modeling(family: str):
+    """transformers' modeling module of a family, through the check that names the `hf` extra."""
+    from vitexport.core.errors import import_optional
+
+    return import_optional(f"transformers.models.{family}.modeling_{family}", "hf: models", "hf")
+
+
 def beit_relative_position_bias(model, height: int, width: int) -> str | None:
     """BEiT rebuilds each layer's relative-position bias per forward (an index table written in place,
     a bilinear resize of the bias table even at its own size): the dynamo ONNX exporter cannot view
     the result and Core ML rejects the in-place writes."""
     import torch
-    from transformers.models.beit.modeling_beit import BeitRelativePositionBias
+
+    BeitRelativePositionBias = _modeling("beit").BeitRelativePositionBias
 
     patch = model.config.patch_size
     window = (height // patch, width // patch)
@@ -44,7 +52,8 @@ def dinov2_position_embeddings(model, height: int, width: int) -> str | None:
     """DINOv2 checkpoints are trained at 518x518 and run at 224x224, so every forward resizes the
     position embeddings bicubically: Core ML has no bicubic upsample."""
     import torch
-    from transformers.models.dinov2.modeling_dinov2 import Dinov2Embeddings
+
+    Dinov2Embeddings = _modeling("dinov2").Dinov2Embeddings
 
     for module in model.modules():
         if isinstance(module, Dinov2Embeddings):

@@ -412,7 +412,7 @@ def test_dynamic_batch_is_bounded_and_checked_at_1_3_and_max(tmp_path):
     text = result.stdout
     assert "random b=3" in text and "random b=4" in text and "parity PASSED" in text
     assert "delegation: XnnpackBackend takes" in text and "not delegated" in text and "op forms" in text
-    artifact = out / "tiny-depth1.pte"
+    artifact = out / "tiny-depth1-dynamic.pte"
     record = sidecar.read(artifact)
     assert record.dynamic_batch and record.info["max_batch"] == 4 and record.parity.batches == [1, 3, 4]
     # Views sized by the symbolic batch are written with it inferred: XNNPACK takes every one.

@@ -108,6 +108,25 @@ class CoreMLBackend(Backend):
 
         return CoreMLRunner(Path(path), record, run.compute_units)
 
+    def pre_head(self, loaded, path: Path, record, x, head: str):
+        """The head's input as the evaluator computes the package's own program (Core ML itself exposes
+        no internal tensor): the input of its zero-weight classifier, the one the model's output hides."""
+        import numpy as np
+
+        from vitexport.backends.coreml_common.mil_eval import UnsupportedOpError, load_program
+
+        if record.info.get("image_input"):
+            return "an image-input package takes pixels, not the check's normalised inputs"
+        try:
+            program = load_program(Path(path))
+        except UnsupportedOpError as e:
+            return f"the evaluator cannot run this program ({e})"
+        name = program.head_input()
+        if name is None:
+            return f"no zero-weight linear op (the input of {head}) is found in the ML program"
+        out = program.run({record.input_names[0]: np.asarray(x, np.float32)}, keep=(name,))
+        return out[name]
+
     def check_batches(self, record, max_batch: int) -> list[int]:
         return list(record.info.get("batch_sizes") or []) or super().check_batches(record, max_batch)
 

@@ -56,6 +56,7 @@ class MilProgram:
         self.op_types = Counter(op.op_type for op in function.operations)
         self.constants: dict[str, Any] = {}
         self.steps: list[_Step] = []
+        self._linear_ops = [op for op in function.operations if op.op_type == "linear"]
         for op in function.operations:
             self._add(op)
         self._plan_frees()
@@ -102,7 +103,22 @@ class MilProgram:
             if key not in keep:
                 self.steps[i].drop.append(key)
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def head_input(self) -> str | None:
+        """The input of the program's classifier when its weights are all zero (a zero-initialised
+        head, whose output is constant): the last `linear` op with a zero weight; None if there is none."""
+        for op in reversed(self._linear_ops):
+            weight = self._constant_or_none(op.inputs.get("weight"))
+            if weight is not None and not np.any(np.asarray(weight)):
+                return op.inputs["x"].name
+        return None
+
+    def _constant_or_none(self, var):
+        if var is None or self._is_live(var):
+            return None
+        return self._constant(var)
+
+    def run(self, inputs: dict[str, np.ndarray], keep: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+        """The outputs for `inputs`, and the values named in `keep` (intermediates) beside them."""
         env: dict[str, Any] = {}
         for name in self.input_names:
             if name not in inputs:
@@ -116,8 +132,10 @@ class MilProgram:
             for (name, fp16), value in zip(step.outputs, result if isinstance(result, tuple) else (result,)):
                 env[name] = hold(value, fp16)
             for key in step.drop:
-                del env[key]
-        return {name: self._output(env[name] if name in env else self.constants[name]) for name in self.output_names}
+                if key not in keep:
+                    del env[key]
+        return {name: self._output(env[name] if name in env else self.constants[name])
+                for name in (*self.output_names, *keep)}
 
     def _feed(self, name: str, value) -> np.ndarray:
         array = np.asarray(value)

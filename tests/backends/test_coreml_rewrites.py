@@ -87,6 +87,25 @@ def test_alias_is_dropped_and_the_values_stay():
     torch.testing.assert_close(gm(x), FullSlice()(x))
 
 
+class IntoFloat(nn.Module):
+    """ConViT-style: integer positions written into a float tensor (an `aten.copy` that casts)."""
+
+    def forward(self, x):  # (b, 4)
+        table = torch.zeros(1, 4, 4, 3)
+        table[:, :, :, 2] = torch.arange(4).view(1, -1, 1).expand(1, 4, 4)
+        return x * table.sum(dim=(2, 3))
+
+
+def test_a_copy_across_dtypes_casts_its_source_as_torch_does():
+    x = torch.randn(2, 4)
+    exported = program(IntoFloat(), x)
+    again, done = rewrites.rewritten(exported, x)
+    assert done == {"copy_cast": 1}
+    copies = [n for n in again.graph_module.graph.nodes if n.target is torch.ops.aten.copy.default]
+    assert copies and all(n.args[1].meta["val"].dtype == torch.float32 for n in copies)
+    torch.testing.assert_close(again.module()(x), IntoFloat()(x))
+
+
 @pytest.mark.parametrize("model,shape", [(Unroll(), (2, 64, 4)), (Rank7Chain(), (2, 96)), (SwapThenView(), (2, 36)),
                                          (WindowTranspose(), (2, 240))])
 @pytest.mark.parametrize("dynamic", [False, True])

@@ -28,10 +28,11 @@ def rewritten(program, example, dynamic_shapes=None):
     input anew). Raises RankLimitError where no rewrite covers a tensor above the rank limit."""
     import torch
 
-    if not (has_aliases(program.graph_module) or has_high_rank(program.graph_module)):
+    gm = program.graph_module
+    if not (has_aliases(gm) or has_high_rank(gm) or _mixed_copies(gm)):
         return program, {}
     module = program.module()  # a plain graph to rewrite, then export again (shapes and guards recomputed)
-    done = {kind: n for kind, n in (("alias_removed", drop_aliases(module)),
+    done = {kind: n for kind, n in (("alias_removed", drop_aliases(module)), ("copy_cast", cast_copies(module)),
                                     ("rank_folded", fold_high_rank(module))) if n}
     if not done:
         return program, {}
@@ -59,6 +60,35 @@ def drop_aliases(gm) -> int:
     if aliases:
         gm.recompile()
     return len(aliases)
+
+
+def _mixed_copies(gm) -> list:
+    """`aten.copy` nodes whose source has another dtype than their destination (ConViT writes integer
+    positions into a float tensor): torch casts there, coremltools passes the source on as it is."""
+    import torch
+
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.copy.default
+            and _dtype(n.args[0]) is not None and _dtype(n.args[1]) not in (None, _dtype(n.args[0]))]
+
+
+def cast_copies(gm) -> int:
+    """Cast the source of every mixed-dtype `aten.copy` to its destination's dtype, as torch does."""
+    import torch
+
+    mixed = _mixed_copies(gm)
+    for node in mixed:
+        with gm.graph.inserting_before(node):
+            cast = gm.graph.call_function(torch.ops.aten._to_copy.default, (node.args[1],),
+                                          {"dtype": _dtype(node.args[0])})
+        node.args = (node.args[0], cast, *node.args[2:])
+    if mixed:
+        gm.recompile()
+    return len(mixed)
+
+
+def _dtype(arg):
+    value = arg.meta.get("val") if hasattr(arg, "meta") else None
+    return getattr(value, "dtype", None)
 
 
 def has_high_rank(gm, limit: int = RANK_LIMIT) -> bool:

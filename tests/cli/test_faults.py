@@ -591,7 +591,7 @@ def test_a_table_too_wide_keeps_its_numbers_whole(terminal):
     from rich.console import Console
     from rich.table import Table
 
-    from vitexport.report.terminal import print_table
+    from vitexport.report.console import print_table
 
     table = Table(title="wide")
     numbers = [str(1234567 * (i + 1)) for i in range(12)]

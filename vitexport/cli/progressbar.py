@@ -82,7 +82,7 @@ class Bars(Progress):
 
 
 def lines_on_stderr() -> Lines:
-    from vitexport.report.terminal import stderr_console
+    from vitexport.report.console import stderr_console
 
     console = stderr_console()
     return Lines(lambda message: console.print(f"[dim]… {escape(message)}[/dim]", highlight=False, soft_wrap=True))
@@ -100,7 +100,7 @@ def reporter(*, quiet: bool = False, machine_output: bool = False, stream=None) 
     if not _is_terminal(stream):
         yield lines_on_stderr()
         return
-    from vitexport.report.terminal import stderr_console
+    from vitexport.report.console import stderr_console
 
     bars = Bars(stderr_console())
     try:

@@ -28,7 +28,7 @@ AFTER_INTERRUPTION = {"matrix": "the cells that finished are kept: run it again 
 def handle_errors(fn: Callable) -> Callable:
     """Turn library exceptions into one line on stderr and the contract's exit code; hold back what
     libraries write to stderr while the command runs (every command gets `--verbose` to show it)."""
-    from vitexport.report.terminal import escape, stderr_console
+    from vitexport.report.console import escape, stderr_console
 
     @functools.wraps(fn)
     def wrapper(*args, verbose: bool = False, **kwargs):

@@ -9,7 +9,8 @@ from typing import Any
 def summary(merged: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from vitexport.report.terminal import escape, print_table, report_files, wide_console
+    from vitexport.report.console import escape, print_table, wide_console
+    from vitexport.report.terminal import report_files
 
     console = wide_console()
     m = merged["matrix"]

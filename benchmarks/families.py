@@ -73,7 +73,8 @@ def run_cell(family: str, backend: str, work: Path) -> dict:
     else:
         parity = result["parity"]
         judged = parity.get("pre_head") or parity
-        cell.update(outcome="verified" if parity["passed"] else "not checked here", exit_code=0,
+        checked = parity["passed"] is not None  # not checked here: published, and the CLI exits 3
+        cell.update(outcome="verified" if parity["passed"] else "not checked here", exit_code=0 if checked else 3,
                     message=parity.get("skipped"), max_abs_error=judged.get("max_abs_error"),
                     pre_head=bool(parity.get("pre_head")), export_s=result["timings"].get("export_s"))
     cell.update(wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0)

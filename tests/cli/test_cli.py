@@ -216,4 +216,4 @@ def test_tensorrt_command_maps_its_flags(tmp_path):
     assert onnx_record["dynamic_batch"] is True and onnx_record["parity"]["batches"] == [1, 3, 4]
     if data["parity"]["passed"] is None:  # no GPU here: the engine was built, not run
         assert data["status"] == "not-checked-here" and "GPU" in data["parity"]["skipped"]
-        assert "published unverified" in result.stderr and (tmp_path / "tiny-depth1.engine").exists()
+        assert "published unverified" in result.stderr and (tmp_path / "tiny-depth1-dynamic.engine").exists()

@@ -299,7 +299,7 @@ class CellRow(Record):
 
 class CellTiming(Record):
     batch: Size
-    status: str
+    status: Optional[str] = None  # none when the timing never ran (its cell's export failed)
     reason: Optional[str] = None
     cached: Optional[bool] = None
     key: Optional[str] = None
@@ -308,7 +308,7 @@ class CellTiming(Record):
 
 
 class CellExport(Record):
-    status: str
+    status: Optional[str] = None  # as the export's record has it; none without a record
     artifact: Optional[str] = None
     cached: Optional[bool] = None
     seconds: Optional[Seconds] = None

@@ -121,7 +121,7 @@ def test_on_the_core_install_a_command_finishes_or_names_its_extra_first(name, s
         assert "exporting" not in said  # said before any work
     if name == "compare":
         assert "PNG plot left out" in done.stderr and "vitexport[bench]" in done.stderr
-        assert not (stored / "merged.png").exists() and (stored / "merged.html").is_file()
+        assert not (stored / "merged" / "compare.png").exists() and (stored / "merged" / "compare.html").is_file()
 
 
 CONTRIBUTOR_EXTRAS = {"dev", "docs", "browser"}  # tools to build, test and document vitexport, not to use it

@@ -125,10 +125,10 @@ def real(tmp_path_factory):
         assert bench.exit_code == 0, bench.stderr
     report = next((out / "bench").glob("*.json"))
     other = shutil.copy(report, out / "other.json")  # the same machine twice: a merged report all the same
-    merged = invoke("compare", report, other, "--out", out / "compare" / "merged")
+    merged = invoke("compare", report, other, "--out", out / "compare")
     assert merged.exit_code == 0, merged.stderr
     return {"artifact": artifact, "package": package, "bench": report, "out": out,
-            "compare": out / "compare" / "merged.json"}
+            "compare": out / "compare" / "compare.json"}
 
 
 def loaded(path: Path):

@@ -59,10 +59,12 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
 def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
            out_dir: str | Path = "vitexport-out", *, verify: bool = True, atol: float | None = None,
            rtol: float | None = None, seed: int = 0, images: str | Path | None = None, name: str | None = None,
-           gate: Gate | None = None, force: bool = False, progress: Any = None) -> dict[str, Any]:
+           gate: Gate | None = None, force: bool = False, progress: Any = None,
+           loaded: Any = None) -> dict[str, Any]:
     """Export `spec` with `backend` into `out_dir`, verify it against PyTorch (unless `verify` is
     False) and write the artifact with its sidecar; return the `--json` result. `gate` overrides the
-    precision's accuracy gate on `images`; `force` replaces an earlier export of that name.
+    precision's accuracy gate on `images`; `force` replaces an earlier export of that name; `loaded`
+    (what `vitexport.models.sources.load(spec)` returned) exports that model again without loading it.
     Raises ParityError (exit 4 in the CLI) when the artifact does not match PyTorch."""
     _check("export", "backend", backend, str, "a backend name such as 'onnx'")
     _check_spec("export", spec)
@@ -71,7 +73,7 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
     _check("export", "out_dir", out_dir, (str, Path), "a folder (str or Path)")
     keywords = dict(verify=verify, atol=atol, rtol=rtol, seed=seed, images=images, name=name, gate=gate, force=force)
     _check_keywords("export", keywords)
-    return _pipeline.export(backend, spec, options, out_dir, progress=progress, **keywords)
+    return _pipeline.export(backend, spec, options, out_dir, progress=progress, loaded=loaded, **keywords)
 
 
 def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | None = None,

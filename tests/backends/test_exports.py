@@ -67,8 +67,9 @@ def test_preset_variants_match_pytorch_with_dynamic_batch(backend, preset, out_d
     assert result["parity"]["batches"] == [1, 3, 8]
 
 
-# Known limits of a format, asserted so they fail loudly and so a fix upstream shows up here.
-KNOWN_LIMITS = {("einops_vit", "coreml"): "rank"}  # Core ML tensors stop at rank 5; this rearrange needs 6
+# Known limits of a format, asserted so they fail loudly and so a fix upstream shows up here. (einops_vit's
+# rank-6 rearrange was one for Core ML until the rewrites carried it below rank 6.)
+KNOWN_LIMITS: dict[tuple[str, str], str] = {}
 
 
 @pytest.mark.parametrize("backend", DIRECT)

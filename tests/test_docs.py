@@ -83,7 +83,7 @@ QUICK = {"configs", "onnx", "torchscript"}  # commands that run in seconds (doct
 
 def test_the_quick_documented_commands_run_as_written(tmp_path):
     """The documented commands that take seconds (the tiny preset's ONNX and TorchScript exports,
-    configs, doctor) run in an empty folder and exit 0, as a new user would type them."""
+    configs) run in an empty folder and exit 0, as a new user would type them."""
     import subprocess
     import sys
 

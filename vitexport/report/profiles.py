@@ -34,9 +34,14 @@ def profile_rows(report: dict) -> list[dict[str, Any]]:
             out.append({"name": row_name(r), "reason": profile.get("reason") or "unknown"})
             continue
         total = profile["total_ms"] or 0.0
-        segments = [{"class": c["class"], "label": c["label"], "ms": c["ms"], "share": c["share"],
-                     "width": 100.0 * c["ms"] / total if total else 0.0, "colour": COLOURS[c["class"]]}
-                    for c in profile["classes"] if c["ms"] > 0]
+        segments, x = [], 0.0
+        for c in profile["classes"]:
+            if c["ms"] <= 0:
+                continue
+            width = 100.0 * c["ms"] / total if total else 0.0
+            segments.append({"class": c["class"], "label": c["label"], "ms": c["ms"], "share": c["share"],
+                             "x": x, "width": width, "colour": COLOURS.get(c["class"], COLOURS["other"])})
+            x += width
         out.append({"name": row_name(r), "runtime": profile["runtime"], "segments": segments, "top": profile["top"],
                     "total_ms": total, "p50_ms": profile.get("p50_ms"), "accounted": profile.get("accounted"),
                     "runs": profile["runs"], "note": accounted_note(profile)})

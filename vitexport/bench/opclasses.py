@@ -41,7 +41,7 @@ _ONNXRUNTIME = {
 
 # OpenVINO: the node types of the compiled (execution) graph, as the CPU and GPU plugins name them.
 _OPENVINO = {
-    "matmul": ("FullyConnected", "MatMul", "Convolution", "GroupConvolution", "Deconvolution", "Gemm",
+    "matmul": ("FullyConnected", "FullyConnectedQuantizedLegacy", "MatMul", "Convolution", "GroupConvolution", "Deconvolution", "Gemm",
                "BinaryConvolution", "FullyConnectedCompressed"),
     "attention": ("ScaledDotProductAttention", "MHA", "Softmax", "SoftMax", "PagedAttentionExtension", "SDPA"),
     "norm": ("MVN", "NormalizeL2", "RMS", "RMSNorm", "LayerNorm", "BatchNormInference"),
@@ -84,20 +84,21 @@ _TORCH = {
                "aten::stack", "aten::index_select", "aten::numpy_T"),
 }
 
-# ExecuTorch's ETDump: portable kernels by operator name, XNNPACK's operators by the name it gives them
-# ("Fully Connected (NC, QD8, F32, QC8W)"): matched on their first words, see PREFIXES.
+# ExecuTorch's ETDump: portable kernels by operator name (their event "native_call_addmm.out" without
+# its prefix), XNNPACK's operators by the name it gives them ("Fully Connected (NC, QD8, F32, QC8W)"):
+# matched on their first words, see PREFIXES.
 _EXECUTORCH = {
-    "matmul": ("aten.addmm.out", "aten.mm.out", "aten.bmm.out", "aten.convolution.out", "aten.linear.out",
+    "matmul": ("addmm.out", "mm.out", "bmm.out", "convolution.out", "linear.out",
                "Fully Connected", "Convolution", "Batch Matrix Multiply", "Dynamic Fully Connected"),
-    "attention": ("aten._softmax.out", "aten.softmax.out", "Softmax", "Scaled Dot Product Attention"),
-    "norm": ("aten.native_layer_norm.out", "aten.layer_norm.out", "Layer Norm"),
-    "activation": ("aten.gelu.out", "aten.relu.out", "aten.sigmoid.out", "aten.tanh.out", "GELU", "Clamp",
+    "attention": ("_softmax.out", "softmax.out", "Softmax", "Scaled Dot Product Attention"),
+    "norm": ("native_layer_norm.out", "layer_norm.out", "Layer Norm"),
+    "activation": ("gelu.out", "relu.out", "sigmoid.out", "tanh.out", "GELU", "Clamp",
                    "Sigmoid", "Tanh", "ELU", "Leaky ReLU", "Hardswish"),
     "quantize": ("quantized_decomposed.quantize_per_tensor.out", "quantized_decomposed.dequantize_per_tensor.out",
-                 "quantized_decomposed.choose_qparams.tensor_out", "Convert", "aten._to_copy.out"),
-    "layout": ("aten.permute_copy.out", "aten.view_copy.out", "aten.cat.out", "aten.slice_copy.Tensor_out",
-               "aten.select_copy.int_out", "aten.expand_copy.out", "aten.clone.out", "aten.unsqueeze_copy.out",
-               "aten.squeeze_copy.dims_out", "aten.transpose_copy.int_out", "aten.split_with_sizes_copy.out",
+                 "quantized_decomposed.choose_qparams.tensor_out", "Convert", "_to_copy.out"),
+    "layout": ("permute_copy.out", "view_copy.out", "cat.out", "slice_copy.Tensor_out",
+               "select_copy.int_out", "expand_copy.out", "clone.out", "unsqueeze_copy.out",
+               "squeeze_copy.dims_out", "transpose_copy.int_out", "split_with_sizes_copy.out",
                "Transpose", "Copy", "Concatenate", "Slice", "Static Reshape", "Static Transpose", "Even Split"),
 }
 
@@ -117,8 +118,9 @@ TABLES: dict[str, dict[str, tuple[str, ...]]] = {
     "tensorrt": _TENSORRT,
 }
 
-# Runtimes whose operator names carry details after their kind (XNNPACK's data types): matched on a prefix.
-PREFIXES = {"executorch"}
+# Runtimes whose operator names carry details after their kind (XNNPACK's data types, OpenVINO's
+# FullyConnected variants): matched on a prefix.
+PREFIXES = {"executorch", "openvino"}
 
 # Fused operators whose type says nothing of what they compute (OpenVINO's Subgraph, TensorRT's Myelin
 # regions): their node name, which keeps the source layer's path, says which class. Checked in order.

@@ -149,7 +149,7 @@ def FAKE_DEFAULT(job, batch):
 def test_the_schema_knows_every_class():
     from typing import get_args
 
-    from vitexport.core.schemas.bench import OP_CLASSES
+    from vitexport.core.schemas.profile import OP_CLASSES
 
     assert list(get_args(OP_CLASSES)) == list(CLASSES)
 
@@ -209,3 +209,28 @@ def test_onnxruntime_openvino_and_torch_rows_are_profiled_for_real(tmp_path):
         assert all(t["class"] in CLASSES for t in p["op_types"])
         # A ViT's matrix products are found by every runtime's table, whatever else it names its own way.
         assert {c["class"]: c["ms"] for c in p["classes"]}["matmul"] > 0, row["backend"]
+
+
+def test_executorch_events_become_operators_without_framework_wrappers_or_instance_numbers():
+    from vitexport.backends.executorch.profiling import operator_times
+
+    events = [("Method::execute", [9.0, 9.0], False), ("DELEGATE_CALL", [8.0, 8.0], False),
+              ("Fully Connected (NC, F32) GEMM #2", [5.0, 3.0], True), ("native_call_gelu.out", [1.0, 1.0], False)]
+    ops = operator_times(events, runs=1)
+    assert [(o.op_type, o.ms) for o in ops] == [("Fully Connected (NC, F32) GEMM", 3.0), ("gelu.out", 1.0)]
+    assert classify("executorch", ops[0].op_type) == "matmul"
+
+
+def test_onnxruntime_trace_keeps_the_runs_after_the_warm_up():
+    from vitexport.backends.onnx.profiling import node_times
+
+    def run(ts):
+        return {"cat": "Session", "name": "model_run", "ts": ts, "dur": 50}
+
+    def node(ts, dur):
+        return {"cat": "Node", "name": "fc_kernel_time", "ts": ts, "dur": dur, "args": {"op_name": "MatMulInteger"}}
+
+    events = [run(0), node(1, 9000), run(100), node(101, 2000), {"cat": "Node", "name": "fc_fence_before", "ts": 102,
+                                                                 "dur": 5}, run(200), node(201, 4000)]
+    [op] = node_times(events, skip=1, runs=2)
+    assert (op.name, op.op_type, op.ms) == ("fc", "MatMulInteger", 3.0)

@@ -5,6 +5,7 @@ them, else the whole delegate call as one."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 from vitexport.backends.base import OpTime, Profiled, per_run, timed_runs
@@ -48,7 +49,8 @@ def operator_times(events: list[tuple[str, list[float], bool]], runs: int) -> li
     for index, (name, raw, _) in enumerate(events):
         if name in FRAMEWORK or (delegated and name == "DELEGATE_CALL") or not raw:
             continue
-        op_type = name[len(NATIVE):] if name.startswith(NATIVE) else name
+        # XNNPACK numbers its operators ("Fully Connected (NC, F32) GEMM #2"): the type is the name without it.
+        op_type = re.sub(r"\s+#\d+$", "", name[len(NATIVE):] if name.startswith(NATIVE) else name)
         last = raw[-runs:]
         kept.append((f"{index}:{name}", op_type, sum(last) * runs / len(last)))
     return per_run(kept, runs)

@@ -272,7 +272,8 @@ def render(named: list[tuple[str, dict]]) -> str:
         models = sorted({str(r.get("model")) for r in reports})
         title = f"vitexport history: {', '.join(models)} on {machine_label(latest) or 'one machine'}"
         context.update(header=header(title, latest, [f"{len(reports)} reports: " + ", ".join(n for n, _ in named)]),
-                       history=history_section(named), groups=groups_section(latest, "The latest report"))
+                       history=history_section(named), groups=groups_section(latest, "The latest report"),
+                       **profile_context(latest))
     elif what == "matrix":
         m = reports[0]["matrix"]
         context.update(header=header(f"vitexport matrix: {m['name']}", reports[0],

@@ -311,6 +311,7 @@ class Session:
         timed run of every row (a profiler costs time; no timed run has one). A row whose runtime has no
         profiler here, or whose profiler fails, says why in its profile."""
         from vitexport.bench import profile
+        from vitexport.bench.stats import median
 
         rows = [p for p in plan if p.cell is not None and not p.cell.failure and p.row.get("available")]
         self.progress.step("profiling each row's operators", total=len(rows))
@@ -320,8 +321,6 @@ class Session:
             reply = p.cell.worker.ask("profile", batch=p.row["batch_size"], runs=profile.profile_runs(p50),
                                       warmup_runs=profile.WARMUP_RUNS)
             if reply.get("ok"):
-                from vitexport.bench.stats import median
-
                 run_ms = reply.get("run_ms") or []
                 p.row["profile"] = profile.summarise(reply["runtime"], reply["ops"], reply["runs"], p50,
                                                      median(run_ms) if run_ms else None)

@@ -232,3 +232,17 @@ def test_onnxruntime_trace_keeps_the_runs_after_the_warm_up():
                                                                  "dur": 5}, run(200), node(201, 4000)]
     [op] = node_times(events, skip=1, runs=2)
     assert (op.name, op.op_type, op.ms) == ("fc", "MatMulInteger", 3.0)
+
+
+def test_tensorrt_layer_times_skip_the_warm_up_and_take_types_from_the_inspector():
+    from vitexport.backends.tensorrt.profiling import layer_times, layer_types
+
+    engine = json.dumps({"Layers": [{"Name": "fc1", "LayerType": "MatrixMultiply"}, "named only"]})
+    types = layer_types(engine)
+    assert types == {"fc1": "MatrixMultiply"}
+    events = [("fc1", 9.0), ("{ForeignNode[/attn/MatMul.../Softmax]}", 9.0),  # warm-up run
+              ("fc1", 2.0), ("{ForeignNode[/attn/MatMul.../Softmax]}", 1.0),
+              ("fc1", 4.0), ("{ForeignNode[/attn/MatMul.../Softmax]}", 3.0)]
+    ops = layer_times(events, types, skip=1, runs=2)
+    assert [(o.op_type, o.ms) for o in ops] == [("MatrixMultiply", 3.0), ("Myelin", 2.0)]
+    assert [classify("tensorrt", o.op_type, o.name) for o in ops] == ["matmul", "attention"]

@@ -36,8 +36,9 @@ def summarise(runtime: str, ops: list[list], runs: int, p50_ms: float | None,
               profiled_ms: float | None = None) -> dict[str, Any]:
     """A row's profile from its operators (`[name, op type, ms per inference]` each): ms and share of
     the p50 per class, each op type with its class, the top operators, and the share of the p50 the
-    profiler accounts for (`accounted`: profiled total / p50). `profiled_ms`: the median wall time of a
-    profiled run (how much the profiler itself slowed the runs)."""
+    profiler accounts for (`accounted`: profiled total / p50). `profiled_ms`: the profiled runs' mean wall
+    time (a mean, as the operators' times are, so the two compare: one slow run on a busy machine
+    raises both)."""
     classes = {cls: 0.0 for cls in CLASSES}
     types: dict[tuple[str, str], dict[str, Any]] = {}
     for name, op_type, ms in ops:

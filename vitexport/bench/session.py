@@ -311,8 +311,6 @@ class Session:
         timed run of every row (a profiler costs time; no timed run has one). A row whose runtime has no
         profiler here, or whose profiler fails, says why in its profile."""
         from vitexport.bench import profile
-        from vitexport.bench.stats import median
-
         rows = [p for p in plan if p.cell is not None and not p.cell.failure and p.row.get("available")]
         self.progress.step("profiling each row's operators", total=len(rows))
         for p in rows:
@@ -323,7 +321,7 @@ class Session:
             if reply.get("ok"):
                 run_ms = reply.get("run_ms") or []
                 p.row["profile"] = profile.summarise(reply["runtime"], reply["ops"], reply["runs"], p50,
-                                                     median(run_ms) if run_ms else None)
+                                                     sum(run_ms) / len(run_ms) if run_ms else None)
             else:
                 p.row["profile"] = profile.unavailable(reply.get("reason") or "unknown")
             self.progress.advance()

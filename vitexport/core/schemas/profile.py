@@ -46,7 +46,7 @@ class Profile(Record):
     total_ms: Optional[Spread] = None  # the classes' sum: every operator in one class
     p50_ms: Optional[Ms] = None
     accounted: Optional[Ratio] = None  # total_ms / p50_ms
-    profiled_run_ms: Optional[Ms] = None  # a profiled run's median wall time: what the profiler itself cost
+    profiled_run_ms: Optional[Ms] = None  # the profiled runs' mean wall time: what the profiler itself cost
     classes: list[ProfileClass] = []
     op_types: list[ProfileOpType] = []
     top: list[ProfileOp] = []

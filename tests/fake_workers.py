@@ -39,6 +39,11 @@ class Fake:
     model_ms: Callable[[dict, int], float] = lambda job, batch: 10.0 * batch
     fail_open: Callable[[dict], dict | None] = lambda job: None  # -> {"reason", "kind"} to fail
     fail_burst: Callable[[dict, int, int], dict | None] = lambda job, batch, n: None
+    # `bench --profile`: the profiler's answer for a row (runtime and operators), or a failure to return.
+    profile: Callable[[dict, int], dict] = lambda job, batch: {
+        "ok": True, "runtime": "torch", "run_ms": [11.0, 12.0],
+        "ops": [["fc1", "aten::addmm", 6.0 * batch], ["ln", "aten::native_layer_norm", 1.0 * batch],
+                ["odd", "aten::some_new_op", 0.5 * batch], ["fc2", "aten::addmm", 2.0 * batch]]}
     log: list[tuple] = field(default_factory=list)  # (op, worker id, batch) in order
     wire: list[tuple] = field(default_factory=list)  # ("send", op, worker id) and ("receive", worker id) in order
     workers: list = field(default_factory=list)
@@ -89,6 +94,9 @@ class FakeWorker:
             base *= 1 + 0.02 * (((self.bursts * 5 + self.id * 3) % 7) - 3) / 3
             samples = [base * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(runs)]
             return {"ok": True, "samples_ms": samples, "rss_mb": 100.0 + batch}
+        if op == "profile":
+            reply = fake.profile(self.job, f.get("batch", 1))
+            return {**reply, "runs": f["runs"]} if reply.get("ok") else reply
         if op == "close":
             self.closed = True
             return {"ok": True, "peak_rss_mb": 100.0, "peak_gpu_mb": None}

@@ -3,7 +3,7 @@ what its package provides). Packages are imported on first use and their `__init
 so the CLI can list every backend without importing torch.
 
 The registry, the spec (base.py) and the code several backends share (onnx_common/, coreml_common/,
-int8_search.py) may import core, models and verify. The plug-ins (one package each, loaded by name
+int8_search.py, torch_profile.py) may import core, models and verify. The plug-ins (one package each, loaded by name
 from here) may import every stage below the API and the CLI, but never another plug-in: what one
 needs of another goes through `get(name)` (an upstream's options, its files) or lives in the shared
 code."""

@@ -15,9 +15,9 @@ import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
-from vitexport.core.errors import UsageError
+from vitexport.core.errors import BackendUnavailable, UsageError
 from vitexport.core.options import check_fields, option
 
 if TYPE_CHECKING:
@@ -195,6 +195,44 @@ class Upstream:
     note: str  # how it came to be: "exported and verified ..." or "reused ..."
 
 
+@dataclass(frozen=True)
+class OpTime:
+    """One operator of a profiled run: its node name, its type as the runtime's profiler names it, and its
+    mean milliseconds per inference."""
+
+    name: str
+    op_type: str
+    ms: float
+
+
+@dataclass
+class Profiled:
+    """What `Runner.profile` measured: every operator's time, and each profiled run's wall time."""
+
+    ops: list[OpTime]
+    run_ms: list[float]
+
+
+def timed_runs(fn: Callable[[], object], runs: int) -> list[float]:
+    """Call `fn` `runs` times; each call's wall time in ms (a profiled run's, for how much the profiler costs)."""
+    import time
+
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000.0)
+    return out
+
+
+def per_run(events: "Iterable[tuple[str, str, float]]", runs: int) -> list[OpTime]:
+    """Operators' mean ms per inference from (name, op type, ms) events over `runs` runs, in first-seen order."""
+    total: dict[tuple[str, str], float] = {}
+    for name, op_type, ms in events:
+        total[(name, op_type)] = total.get((name, op_type), 0.0) + ms
+    return [OpTime(name, op_type, ms / runs) for (name, op_type), ms in total.items()]
+
+
 class Runner(ABC):
     """Runs an artifact. Construction only records what to run; `__enter__` takes the resources
     (session, engine, buffers) and `__exit__` gives them back, so `with backend.load(...) as r:`
@@ -218,6 +256,15 @@ class Runner(ABC):
 
     @abstractmethod
     def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]: ...
+
+    # The runtime whose operator names `profile` reports (a table of vitexport.bench.opclasses).
+    profiler: str = ""
+
+    def profile(self, feed: dict[str, "np.ndarray"], runs: int, warmup: int) -> Profiled:
+        """`bench --profile`: `warmup` runs, then `runs` runs of `feed` with the runtime's own profiler on
+        (a second session of the artifact: the timed one never carries a profiler), and each operator's
+        mean time per inference. Raise BackendUnavailable saying why where the runtime has none here."""
+        raise BackendUnavailable("this runtime has no per-operator profiler in vitexport")
 
 
 class Backend(ABC):

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vitexport.backends.base import Availability, Backend, BenchTarget, Diagnosis, RunOptions
+from vitexport.backends.base import Availability, Backend, BenchTarget, Diagnosis, Profiled, RunOptions
 from vitexport.core.errors import UsageError
 from vitexport.verify.reference import EagerRunner
+
+
+class ProfiledEagerRunner(EagerRunner):
+    """The eager reference's runner, with PyTorch's profiler for `bench --profile`."""
+
+    profiler = "torch"
+
+    def profile(self, feed, runs: int, warmup: int) -> Profiled:
+        from vitexport.backends.torch_profile import torch_profile
+
+        return torch_profile(lambda: self.run(feed), runs, warmup, self.device)
 
 
 class EagerBackend(Backend):
@@ -22,12 +33,12 @@ class EagerBackend(Backend):
     def export(self, loaded, options, out_path, upstream=None):
         raise UsageError("PyTorch eager is the reference; it writes no artifact")
 
-    def load(self, path: Path | None, record, run: RunOptions = RunOptions()) -> EagerRunner:
+    def load(self, path: Path | None, record, run: RunOptions = RunOptions()) -> ProfiledEagerRunner:
         """Rebuild the model recorded in a sidecar and run it eagerly."""
         from vitexport.models.sources import SourceSpec, load
 
         loaded = load(SourceSpec.from_dict(record.source.spec))
-        return EagerRunner(loaded.model, record.input_names[0], record.output_names, run.device)
+        return ProfiledEagerRunner(loaded.model, record.input_names[0], record.output_names, run.device)
 
     def diagnose(self) -> Diagnosis:
         """torch's build (CPU or CUDA) and the devices it sees."""

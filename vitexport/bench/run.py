@@ -31,7 +31,7 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
           baseline: str | Path | list | None = None, max_slowdown: float | None = None, rounds: int | None = None,
           progress: ProgressLike = None, latency_budget_ms: float | None = None,
           recheck_s: float | None = None, retire_slower: float | None = None, start_together: bool = False,
-          write_files: Callable[[dict, Path, list[Path]], dict] | None = None) -> dict[str, Any]:
+          profile: bool = False, write_files: Callable[[dict, Path, list[Path]], dict] | None = None) -> dict[str, Any]:
     """Measure each target at each batch size on identical feeds, each row in its own worker process,
     the rows taking turns in short rounds (`rounds`: how many; default: enough bursts of about
     0.25 s to fill `budget_s`, at least 8).
@@ -53,6 +53,12 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
     workers load at once rather than in turn, and their load time and first inference,
     not measured alone, are left out of the rows.
 
+    `profile`: after the timing, each row's worker runs the row's feed under its runtime's own profiler
+    (vitexport.bench.profile): the row's time per operator class, its top operators, and the share of
+    its p50 the profiler accounts for, in `row["profile"]`. A row whose runtime has no profiler here
+    says why there; when no row could be profiled, BackendUnavailable is raised carrying the report,
+    after its files are written.
+
     Artifacts (and baseline artifacts) whose files differ from their sidecar raise ParityError before
     anything is timed. When no row the user asked for could run, the error of the rows (BackendUnavailable
     or RuntimeFailure) is raised carrying the report."""
@@ -73,6 +79,8 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
     for flag, value in (("--latency-budget-ms", latency_budget_ms), ("--recheck-s", recheck_s)):
         if value is not None:
             check_number(value, flag, minimum=0, maximum=1e7)
+    if profile and auto:
+        raise UsageError("--profile breaks down the batch sizes given; give --batch N rather than --batch auto")
     if latency_budget_ms is not None and not auto:
         raise UsageError("--latency-budget-ms bounds the --batch auto sweep; give --batch auto")
     regression.check_slowdown(max_slowdown)
@@ -88,7 +96,8 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
                         budget_s=budget_s, seed=seed, allow_fallback=allow_fallback, auto=auto,
                         batches=[1] if auto else list(batches), rounds=rounds, latency_budget_ms=latency_budget_ms,
                         recheck_s=budget_s if recheck_s is None else recheck_s, max_slowdown=max_slowdown,
-                        roofline=roofline, retire_slower=retire_slower, start_together=start_together)
+                        roofline=roofline, retire_slower=retire_slower, start_together=start_together,
+                        profile=profile)
     with using(progress) as reporter:
         report = measure_all(spec, targets, settings, artifacts=[Path(a) for a in artifacts], out=out, label=label,
                              trust_code=trust_code, old=old, old_path=old_path, base_artifacts=base_artifacts,
@@ -100,7 +109,19 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
     comparison = report.get("baseline")
     if comparison and comparison["regressions"]:
         raise RegressionError(regression.bench_message(comparison), report)
+    if profile:
+        nothing_profiled(report)
     return report
+
+
+def nothing_profiled(report: dict) -> None:
+    """--profile where no timed row's runtime could be profiled: raise BackendUnavailable (exit 3)
+    carrying the report, whose rows say why each could not."""
+    profiles = [r["profile"] for r in report["results"] if r.get("profile")]
+    if profiles and not any(p.get("available") for p in profiles):
+        error = BackendUnavailable(f"--profile: no row could be profiled here: {profiles[0].get('reason')}")
+        error.result = report
+        raise error
 
 
 def run_inputs(artifacts, old_path: Path | None, base_artifacts: list[Path]) -> list[Path]:
@@ -206,6 +227,8 @@ def measure_all(spec: SourceSpec | None, targets: list[str], settings: Settings,
         report["conditions"] = conditions.summary(rounds.states, settings.threads, session.reference_info)
         if settings.roofline:
             session.roofline(report, gflops, rounds)
+        if settings.profile:
+            session.profile(plan)
         session.finish(everything)
     if old is not None or base_plan:
         comparison = compare(report, base_plan, pairs, unmatched, old, old_path, settings, final=True)

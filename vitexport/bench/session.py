@@ -50,6 +50,8 @@ class Settings:
     # Workers load all at once (optimize: ranks on the rounds alone, and its eight loads take seconds
     # each one at a time); load time and first inference are then not reported.
     start_together: bool = False
+    # After the timing, each row's operators from its runtime's own profiler (bench --profile).
+    profile: bool = False
 
     def round_count(self, paired: bool) -> int:
         """Rounds asked for, else: with --iters, up to MIN_ROUNDS bursts of them; with a time budget,
@@ -73,6 +75,7 @@ class Settings:
                 "burst": self.burst(count), "allow_fallback": self.allow_fallback,
                 "batch": AUTO if self.auto else self.batches, "latency_budget_ms": self.latency_budget_ms,
                 "workers_started": "together" if self.start_together else "one at a time",
+                "profile": self.profile,
                 "mode": "end-to-end: host arrays in, host arrays out; rows take turns in short rounds"}
 
 
@@ -302,6 +305,26 @@ class Session:
             summarise_all()
             fractions(report, gflops)
         cap(report)
+
+    def profile(self, plan: list[Planned]) -> None:
+        """`--profile`: each timed row's worker runs its runtime's profiler on the row's feed, after every
+        timed run of every row (a profiler costs time; no timed run has one). A row whose runtime has no
+        profiler here, or whose profiler fails, says why in its profile."""
+        from vitexport.bench import profile
+        rows = [p for p in plan if p.cell is not None and not p.cell.failure and p.row.get("available")]
+        self.progress.step("profiling each row's operators", total=len(rows))
+        for p in rows:
+            p50 = p.row["latency_ms"]["p50"]
+            self.progress.note(f"profile: {p.row['backend']} ({p.row['precision']}) at batch {p.row['batch_size']}")
+            reply = p.cell.worker.ask("profile", batch=p.row["batch_size"], runs=profile.profile_runs(p50),
+                                      warmup_runs=profile.WARMUP_RUNS)
+            if reply.get("ok"):
+                run_ms = reply.get("run_ms") or []
+                p.row["profile"] = profile.summarise(reply["runtime"], reply["ops"], reply["runs"], p50,
+                                                     sum(run_ms) / len(run_ms) if run_ms else None)
+            else:
+                p.row["profile"] = profile.unavailable(reply.get("reason") or "unknown")
+            self.progress.advance()
 
     def fill(self, plan: list[Planned], closed: dict[int, dict] | None = None) -> None:
         for p in plan:

@@ -6,6 +6,8 @@ JSON line on stdout (`{"ok": true, ...}` or `{"ok": false, "reason": ..., "kind"
     {"op": "open", "kind": "model" | "gemm" | "reference", "threads": N, ...}  load it; load time, provider
     {"op": "prepare", "batch": B, "warmup_iters": I, "warmup_s": S}           first inference, warm-up
     {"op": "burst", "batch": B, "runs": N | "ms": T, "warmup_s": W}           timed runs -> samples_ms
+    {"op": "profile", "batch": B, "runs": N, "warmup_runs": W}               after the timing: each operator's
+                                                                             ms from the runtime's profiler
     {"op": "close"}                                                          peak memory, then exit
 
 One process per measured thing keeps runtimes from sharing thread pools, allocators or caches (two
@@ -50,14 +52,27 @@ class ModelKernel:
         self.provider = self.runner.provider
 
     def runner_for(self, batch: int) -> Callable[[], object]:
+        feed = self.feed_for(batch)
+        return lambda: self.runner.run(feed)
+
+    def feed_for(self, batch: int) -> dict:
         if batch not in self.feeds:
             from vitexport.verify.feeds import random_pixels
 
             pre = self.record.source.preprocessing
             x = random_pixels((batch, *self.record.source.input_shape[1:]), self.seed, pre.get("mean"), pre.get("std"))
             self.feeds[batch] = {self.record.input_names[0]: x}
-        feed = self.feeds[batch]
-        return lambda: self.runner.run(feed)
+        return self.feeds[batch]
+
+    def profile(self, batch: int, runs: int, warmup: int) -> dict:
+        """`bench --profile`: the runner's own profiler on the same feed, after the timing."""
+        from vitexport.core.errors import BackendUnavailable
+
+        if not callable(getattr(self.runner, "profile", None)):
+            raise BackendUnavailable("this runtime has no per-operator profiler in vitexport")
+        profiled = self.runner.profile(self.feed_for(batch), runs, warmup)
+        return {"runtime": self.runner.profiler, "runs": runs, "run_ms": profiled.run_ms,
+                "ops": [[op.name, op.op_type, op.ms] for op in profiled.ops]}
 
     def close(self) -> None:
         self.runner.__exit__(None, None, None)
@@ -138,6 +153,13 @@ class Worker:
                         budget_s=None if runs else ms / 1000.0, min_iters=1, max_iters=r.get("max_runs", MAX_ITERS))
         self.last_ms[batch] = stats.p50
         return {"samples_ms": stats.samples_ms, "rss_mb": current_rss_mb()}
+
+    def op_profile(self, r: dict) -> dict:
+        from vitexport.core.errors import BackendUnavailable
+
+        if not hasattr(self.kernel, "profile"):
+            raise BackendUnavailable("only a model's rows have operators to profile")
+        return self.kernel.profile(r.get("batch", 1), r["runs"], r.get("warmup_runs", 0))
 
     def op_close(self, r: dict) -> dict:
         from vitexport.bench.measure import peak_gpu_mb, peak_rss_mb

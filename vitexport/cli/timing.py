@@ -103,6 +103,9 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
           recheck_s: Annotated[Optional[float], typer.Option(
               help="With --baseline: seconds per row to measure again what could not be told from noise "
                    "(default: --budget-s).")] = None,
+          profile: Annotated[bool, typer.Option(
+              "--profile", help="Where the time goes, from each runtime's own profiler: after the timing, each "
+                                "row's time per operator class and its top operators.")] = False,
           quiet: QuietOpt = False,
           ) -> None:
     """Time each backend on identical inputs; print one table, write JSON, CSV, Markdown and a PNG plot."""
@@ -132,7 +135,7 @@ def bench(artifacts: Annotated[Optional[list[Path]], typer.Argument(
                                budget_s=budget_s, seed=seed, out_dir=out, roofline=roofline, label=label,
                                allow_fallback=allow_fallback, trust_code=trust_code, baseline=baseline or None,
                                max_slowdown=max_slowdown, rounds=rounds, latency_budget_ms=latency_budget_ms,
-                               recheck_s=recheck_s, progress=progress)
+                               recheck_s=recheck_s, profile=profile, progress=progress)
     except VitexportError as e:  # a slower row, or nothing that could run: the table first, then the error
         result = getattr(e, "result", None)
         if isinstance(result, dict) and result.get("schema", "").startswith("vitexport.bench/"):

@@ -34,6 +34,7 @@ MEANINGS: dict[str, str] = {
     "--out": "Folder the output goes into",
     "--output-name": "Name of the model output.",
     "--precision": "What the artifact computes in",
+    "--profile": "Where the time goes, from each runtime's own profiler",
     "--quant": "int8 scheme",
     "--quiet": "No progress on stderr (errors are still shown).",
     "--rtol": "Relative tolerance",

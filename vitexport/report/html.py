@@ -250,13 +250,20 @@ def history_section(named: list[tuple[str, dict]]) -> list[History]:
 
 # --------------------------------------------------------------------------------------------- page
 
+def profile_context(report: dict) -> dict[str, Any]:
+    """`bench --profile`'s section: its rows (none when the report has no profile) and the class legend."""
+    from vitexport.report.profiles import legend, profile_rows
+
+    return {"profile_rows": profile_rows(report), "profile_legend": legend()}
+
+
 def render(named: list[tuple[str, dict]]) -> str:
     """The page for one report (bench, compare or matrix) or several of one machine (history);
     `named` pairs each report with the name it is shown by (its file name)."""
     reports = [r for _, r in named]
     what = page.kind(reports)
     context: dict[str, Any] = {"kind": what, "generator": GENERATOR, "filters": FILTERS, "history": [],
-                               "cells": None, "notes": []}
+                               "cells": None, "notes": [], **profile_context(reports[0])}
     if what == "history":
         if not page.same_machine(reports):
             raise UsageError("a history page needs bench reports of one machine; to set machines side by side, "
@@ -265,7 +272,8 @@ def render(named: list[tuple[str, dict]]) -> str:
         models = sorted({str(r.get("model")) for r in reports})
         title = f"vitexport history: {', '.join(models)} on {machine_label(latest) or 'one machine'}"
         context.update(header=header(title, latest, [f"{len(reports)} reports: " + ", ".join(n for n, _ in named)]),
-                       history=history_section(named), groups=groups_section(latest, "The latest report"))
+                       history=history_section(named), groups=groups_section(latest, "The latest report"),
+                       **profile_context(latest))
     elif what == "matrix":
         m = reports[0]["matrix"]
         context.update(header=header(f"vitexport matrix: {m['name']}", reports[0],

@@ -272,12 +272,15 @@ def bench_report(result: dict[str, Any]) -> None:
     rooflines with the theoretical peak, the sweep's knee, the verdict against the baseline."""
     from vitexport.bench.conditions import describe
     from vitexport.report.names import jetson_line
+    from vitexport.report.profiles import profile_lines
     from vitexport.report.prose import baseline_lines, roofline_lines, sweep_lines
     from vitexport.report.tables import rich_table
 
     console = wide_console()
     title = f"vitexport bench: {result['model']} ({result['settings']['threads']} threads)"
     print_table(console, rich_table(result, title))
+    for line in profile_lines(result):
+        console.print(f"profile: {escape(line)}", highlight=False, soft_wrap=True)
     if result.get("conditions"):
         console.print(f"conditions: {escape(describe(result['conditions']))}", highlight=False, soft_wrap=True)
     for line in roofline_lines(result):

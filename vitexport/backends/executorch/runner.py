@@ -26,6 +26,8 @@ ERRORS = {0x10: "not supported (a batch above the program's bound?)", 0x12: "inv
 class ExecuTorchRunner(Runner):
     """Feeds and outputs are host arrays; an fp16 program takes and returns float16 (cast here)."""
 
+    profiler = "executorch"
+
     def __init__(self, path: Path, record, threads: int | None = None):
         self.path, self.threads = path, threads
         self.input_name, self.output_names = record.input_names[0], record.output_names
@@ -66,6 +68,16 @@ class ExecuTorchRunner(Runner):
             raise RuntimeFailure(f"ExecuTorch failed to run {self.path.name} on a batch of {len(x)}: "
                                  f"{explain(e, self.path)}") from None
         return [out.float().numpy() for out in outputs]
+
+    def profile(self, feed: dict[str, "np.ndarray"], runs: int, warmup: int):
+        """The program loaded again with ETDump, its Inspector's operator events (ExecuTorch's devtools)."""
+        import numpy as np
+        import torch
+
+        from vitexport.backends.executorch.profiling import profile_program
+
+        x = torch.from_numpy(np.ascontiguousarray(feed[self.input_name]))
+        return profile_program(self.path, [x.half() if self.half else x], runs, warmup)
 
 
 class EmbeddedCoreMLRunner(Runner):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitexport.backends.base import Runner
+from vitexport.backends.base import Profiled, Runner
 from vitexport.backends.onnx.providers import check_ran, ort_providers
 from vitexport.core.errors import BackendUnavailable, RuntimeFailure
 
@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 
 class OnnxRuntimeRunner(Runner):
+    profiler = "onnxruntime"
+
     def __init__(self, path: Path, providers: tuple[str, ...] = (), threads: int | None = None,
                  allow_fallback: bool = True):
         self.path, self.requested, self.threads, self.allow_fallback = path, list(providers), threads, allow_fallback
@@ -24,13 +26,9 @@ class OnnxRuntimeRunner(Runner):
             import onnxruntime as ort
         except ImportError:
             raise BackendUnavailable("onnxruntime is not installed: pip install onnxruntime") from None
-        so = ort.SessionOptions()
-        so.log_severity_level = 3  # errors only: ORT warns loudly about providers it cannot load
-        if self.threads:
-            so.intra_op_num_threads, so.inter_op_num_threads = self.threads, 1
         chosen = ort_providers(self.requested, self.allow_fallback)
         try:
-            self.session = ort.InferenceSession(str(self.path), so, providers=chosen)
+            self.session = ort.InferenceSession(str(self.path), self.session_options(), providers=chosen)
         except Exception as e:
             raise RuntimeFailure(f"ONNX Runtime cannot load {self.path}: {str(e).splitlines()[0]}") from None
         # A provider this build has can still fail to start (no GPU, a missing libcudnn): report what
@@ -38,8 +36,27 @@ class OnnxRuntimeRunner(Runner):
         self.provider = check_ran(self.session, self.requested, self.allow_fallback)
         self.output_names = [o.name for o in self.session.get_outputs()]
 
+    def session_options(self):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 3  # errors only: ORT warns loudly about providers it cannot load
+        if self.threads:
+            so.intra_op_num_threads, so.inter_op_num_threads = self.threads, 1
+        return so
+
     def close(self) -> None:
         self.session = None
+
+    def profile(self, feed: dict[str, "np.ndarray"], runs: int, warmup: int) -> Profiled:
+        """A second session, as this one but with ONNX Runtime's profiler on, on the provider this one runs."""
+        import numpy as np
+
+        from vitexport.backends.onnx.profiling import profile_session
+
+        # The providers this session kept: the same placement of the graph's nodes.
+        return profile_session(self.path, self.session_options(), list(self.session.get_providers()),
+                               {k: np.ascontiguousarray(v) for k, v in feed.items()}, runs, warmup)
 
     def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
         import numpy as np

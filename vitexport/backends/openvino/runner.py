@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vitexport.backends.base import Runner
+from vitexport.backends.base import Profiled, Runner, per_run, timed_runs
 from vitexport.backends.openvino import devices
 from vitexport.core.errors import BackendUnavailable, RuntimeFailure, first_line
 
@@ -29,6 +29,8 @@ def device_for(record: "ArtifactRecord", requested: tuple[str, ...], allow_fallb
 
 
 class OpenVinoRunner(Runner):
+    profiler = "openvino"
+
     def __init__(self, path: Path, record: "ArtifactRecord", providers: tuple[str, ...] = (),
                  threads: int | None = None, allow_fallback: bool = True):
         self.path, self.record, self.threads = path, record, threads
@@ -47,8 +49,8 @@ class OpenVinoRunner(Runner):
         core = devices.core()
         try:
             model = core.read_model(str(self.path))
-            compiled = core.compile_model(model, device, devices.compile_config(record.precision, device,
-                                                                                  self.threads, pinned))
+            config = devices.compile_config(record.precision, device, self.threads, pinned)
+            compiled = core.compile_model(model, device, config)
         except Exception as e:
             raise RuntimeFailure(f"OpenVINO cannot load {self.path.name} on {device}: {first_line(e)}") \
                 from None
@@ -65,13 +67,39 @@ class OpenVinoRunner(Runner):
         self.inputs = [port.get_any_name() for port in compiled.inputs]
         self.outputs = {name: compiled.output(name) for name in record.output_names}
         self.request = compiled.create_infer_request()
+        self.device, self.config = device, config
 
     def close(self) -> None:
         self.request = None
 
+    def feed_of(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
+        import numpy as np
+
+        return {name: np.ascontiguousarray(feed[name], dtype=np.float32) for name in self.inputs}
+
     def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
         import numpy as np
 
-        results = self.request.infer({name: np.ascontiguousarray(feed[name], dtype=np.float32)
-                                      for name in self.inputs}, share_outputs=False)
+        results = self.request.infer(self.feed_of(feed), share_outputs=False)
         return {name: np.asarray(results[port]) for name, port in self.outputs.items()}
+
+    def profile(self, feed: dict[str, "np.ndarray"], runs: int, warmup: int) -> Profiled:
+        """The IR compiled again as this one, with OpenVINO's performance counters on: each executed
+        node's real time, per inference, by its node type in the compiled graph (what `benchmark_app -pc`
+        shows)."""
+        core = devices.core()
+        try:
+            compiled = core.compile_model(core.read_model(str(self.path)), self.device,
+                                          {**self.config, "PERF_COUNT": True})
+            request = compiled.create_infer_request()
+            inputs = self.feed_of(feed)
+            for _ in range(warmup):
+                request.infer(inputs)
+            events, run_ms = [], []
+            for _ in range(runs):  # the counters hold the last inference only: read after each
+                run_ms += timed_runs(lambda: request.infer(inputs), 1)
+                events += [(p.node_name, p.node_type, p.real_time.total_seconds() * 1000.0)
+                           for p in request.profiling_info if p.status == p.Status.EXECUTED]
+        except Exception as e:
+            raise RuntimeFailure(f"OpenVINO's performance counters failed: {first_line(e)}") from None
+        return Profiled(per_run(events, runs), run_ms)

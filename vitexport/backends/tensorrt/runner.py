@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from vitexport.backends.base import Runner
+from vitexport.backends.base import Profiled, Runner, timed_runs
 from vitexport.backends.tensorrt import generations
 from vitexport.backends.tensorrt.build import RTX_DEFAULT_TARGETS
 from vitexport.core.environment import gpu_here
@@ -156,6 +156,28 @@ class TensorRTRunner(Runner):
         end.synchronize()
         self.last_gpu_ms = start.elapsed_time(end)
         return outputs
+
+    profiler = "tensorrt"
+
+    def profile(self, feed: dict[str, np.ndarray], runs: int, warmup: int) -> Profiled:
+        """TensorRT's IProfiler on a fresh execution context (the timed one never carries it): each layer's
+        time per run. Written against TensorRT's API; it needs an NVIDIA GPU to run."""
+        from vitexport.backends.tensorrt.profiling import layer_profiler, layer_times, layer_types
+
+        m = self.trt.module
+        saved, self.contexts = self.contexts, {}
+        try:
+            batch = int(np.asarray(next(iter(feed.values()))).shape[0])
+            context = self._context(batch)
+            listener = layer_profiler(m)
+            context.profiler = listener
+            run_ms = timed_runs(lambda: self.run(feed), warmup + runs)
+            inspector = self.engine.create_engine_inspector()
+            inspector.execution_context = context
+            types = layer_types(inspector.get_engine_information(m.LayerInformationFormat.JSON))
+        finally:
+            self.contexts = saved
+        return Profiled(layer_times(listener.events, types, warmup, runs), run_ms[warmup:])
 
     def layer_report(self) -> dict[str, Any]:
         """Layers and their precisions, whether attention was fused, DLA vs GPU placement."""

@@ -14,6 +14,7 @@ from vitexport.backends.base import (
     DeviceCheck,
     DeviceTarget,
     ExportOptions,
+    Profiled,
     Runner,
     RunOptions,
     device_source,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 class TorchScriptRunner(Runner):
     provider = "torchscript-cpu"
+    profiler = "torch"
 
     def __init__(self, path: Path, input_name: str, output_names: list[str]):
         self.path, self.input_name, self.output_names = path, input_name, output_names
@@ -53,6 +55,12 @@ class TorchScriptRunner(Runner):
         with torch.inference_mode():
             y = self.module(torch.from_numpy(np.ascontiguousarray(feed[self.input_name])))
         return named_outputs(y, self.output_names)
+
+    def profile(self, feed: dict[str, "np.ndarray"], runs: int, warmup: int) -> Profiled:
+        """PyTorch's profiler around the same module's runs (TorchScript records aten operators as eager does)."""
+        from vitexport.backends.torch_profile import torch_profile
+
+        return torch_profile(lambda: self.run(feed), runs, warmup)
 
 
 class TorchScriptBackend(Backend):

@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 
 from vitexport.core.schemas.fields import (Amount, Cosine, Count, Error, Number, Ratio, Record, Seconds, Share,
                                            Size, Spread, Ms)
+from vitexport.core.schemas.profile import Profile
 
 SCHEMA = "vitexport.bench/1"
 MATRIX_SCHEMA = "vitexport.matrix-report/1"
@@ -99,6 +100,7 @@ class Row(Record):
     node: Optional[str] = None
     cached: Optional[bool] = None
     named: Optional[bool] = None
+    profile: Optional[Profile] = None
 
     @model_validator(mode="after")
     def _measured(self):

@@ -33,6 +33,7 @@ MEANINGS: dict[str, str] = {
     "--opset": "ONNX opset",
     "--out": "Folder the output goes into",
     "--output-name": "Name of the model output.",
+    "--packages": "Package folders device reports are judged against",
     "--precision": "What the artifact computes in",
     "--quant": "int8 scheme",
     "--quiet": "No progress on stderr (errors are still shown).",

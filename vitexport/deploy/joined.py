@@ -46,7 +46,10 @@ def is_device_report(path: Path) -> bool:
     from vitexport.core.jsonfile import read_json
 
     data = read_json(Path(path), "report")
-    return isinstance(data, dict) and data.get("schema") == judge.SCHEMA
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if isinstance(schema, str) and schema.startswith("vitexport.device-report/") and schema != judge.SCHEMA:
+        raise UsageError(f"{path} is a {schema} report; this vitexport reads {judge.SCHEMA}")
+    return schema == judge.SCHEMA
 
 
 def any_device_reports(paths: Iterable[Path]) -> bool:
@@ -71,7 +74,7 @@ def judged(path: Path, report: dict, packages: list[Path]) -> dict[str, Any]:
         digest = report["package"]["manifest_sha256"]
         return {"verdict": devices.NOT_JUDGED, "package": None, "parity": {}, "artifact": {},
                 "reason": f"its package (manifest sha256 {digest[:12]}) is not at hand: give its folder with "
-                          "--package DIR"}
+                          "--packages DIR"}
     artifact = manifest.read(folder)["artifact"]
     try:
         result = judge.judge(path, package=folder)

@@ -107,6 +107,12 @@ def test_compare_and_report_show_bench_and_device_rows_in_one_table_and_page(onn
     text = (tmp_path / "p.html").read_text()
     for words in [*DEVICES.values(), "verified on the device", "Low Power Mode off", "battery 31 °C"]:
         assert words in text, words
+    # One table across machines and devices, each one's fastest verified row first; none without a device.
+    across = html.devices_table(merged)
+    assert [row.cells[0][0] for row in across.rows] == [s["label"] for s in merged["sources"][:1]] * 2 + \
+        list(DEVICES.values())
+    assert [row.fastest for row in across.rows] == [True, False] + [True] * len(DEVICES)
+    assert 'class="devices sortable"' in text and html.devices_table(merge([BENCH])) is None
 
 
 def test_device_facts_reach_the_page_only_as_text(onnx_package, tmp_path):

@@ -130,6 +130,9 @@ def test_the_page_of_both_reports_shows_both_rows_in_chromium(round_trip):
     try:
         driver.get(page.resolve().as_uri())
         assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+        assert driver.execute_script("return document.documentElement.scrollWidth") <= 1400  # no sideways scroll
+        across = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "table.devices tbody tr")]
+        assert len(across) == 2 and "verified on the device" in across[1], across
         rows = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "table.rows tbody tr") if row.is_displayed()]
         assert len(rows) == 2, rows
         on_device = [row for row in rows if "verified on the device" in row]

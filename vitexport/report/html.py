@@ -160,6 +160,34 @@ def rows_table(report: dict, group: page.Group, cell_dicts: dict[str, dict]) -> 
     return table
 
 
+def devices_table(report: dict) -> Table | None:
+    """Every row of every machine and device in one table, each device's fastest verified row first (and
+    marked): the device in words, the runtime, precision, batch, p50, the spread of its rounds, how it
+    was checked (on the device, or here by bench) and the device's conditions. None without device rows."""
+    from vitexport.report.tables import COLUMNS
+
+    results = report.get("results", [])
+    if not any(devices.is_device_row(r) for r in results):
+        return None
+    keys = ("runtime", "precision", "batch", "p50", "spread", "on_device", "conditions")
+    columns = [next(c for c in COLUMNS if c.key == k) for k in keys]
+    fastest = {id(f) for g in page.groups(report) for f in g.fastest}
+    table = Table("devices", "Every machine and device: the fastest verified row of each first",
+                  ["device", "artifact"] + [c.markdown for c in columns])
+    for r in results:
+        check = page.row_check(r)
+        texts = cells(r, columns)
+        if check["status"] == page.FAILED and not r.get("available"):
+            texts[keys.index("p50")] = "none: failed"  # why is in its verdict, beside
+        raw = [c.value(r) if (r.get("available") or c.always) else None for c in columns]
+        tds = [(_text(r.get("device_label")), _text(r.get("device_label"))), (page.row_name(r), page.row_name(r))]
+        tds += list(zip(texts, raw))
+        table.rows.append(_row(tds, backend=_text(r.get("target") or r.get("backend")),
+                               precision=_text(r.get("precision")), status=_row_status(r, check),
+                               fastest=id(r) in fastest))
+    return table
+
+
 @dataclass
 class Fastest:
     name: str
@@ -260,7 +288,7 @@ def render(named: list[tuple[str, dict]]) -> str:
     reports = [r for _, r in named]
     what = page.kind(reports)
     context: dict[str, Any] = {"kind": what, "generator": GENERATOR, "filters": FILTERS, "history": [],
-                               "cells": None, "notes": []}
+                               "cells": None, "notes": [], "devices": None}
     if what == "history":
         if not page.same_machine(reports):
             raise UsageError("a history page needs bench reports of one machine; to set machines side by side, "
@@ -278,7 +306,7 @@ def render(named: list[tuple[str, dict]]) -> str:
     else:
         title = f"vitexport {what}: {reports[0].get('model') or ''}".strip()
         context.update(header=header(title, reports[0]), groups=groups_section(reports[0]),
-                       notes=notes_section(reports[0]))
+                       notes=notes_section(reports[0]), devices=devices_table(reports[0]))
     return templating.render("page.html", **context)
 
 

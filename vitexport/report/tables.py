@@ -74,6 +74,8 @@ def _show_roofline(report: dict) -> bool:
 
 
 def unavailable_note(row: dict) -> str:
+    if devices.is_device_row(row) and row.get("reason"):  # it ran on its device: why it shows no time
+        return str(row["reason"])
     return f"unavailable: {row.get('reason') or 'unknown'}"
 
 

@@ -296,9 +296,9 @@ SAMPLES = {
                          "sources": [{"label": "a", "path": "a.json"},
                                      {"label": "Jetson Orin NX, 15 W", "path": "j.json",
                                       "device": {"facts": {"model": "Jetson", "os": "L4T"}, "package": "p",
-                                                 "verdict": "failed", "reason": "why"},
-                                      "conditions": {"platform": "jetson", "jetson": {
-                                          "power_mode": "15W", "thermal_c": {"gpu": 40.0}}}}]}],
+                                                 "verdict": "failed", "reason": "why",
+                                                 "conditions": {"platform": "jetson", "jetson": {
+                                                     "power_mode": "15W", "thermal_c": {"gpu": 40.0}}}}}]}],
     "matrix": lambda: [matrix_report(3)],
     "history": lambda: [bench_report({"onnxruntime-fp32": 9.0}, "2026-11-01T00:00:00+00:00"),
                         bench_report({"onnxruntime-fp32": 8.0}, "2026-11-02T00:00:00+00:00")],

@@ -114,10 +114,10 @@ def as_bench_report(path: Path, packages: list[Path]) -> dict:
         fingerprint["timestamp"] = report["created"]
     return {"schema": SCHEMA, "model": artifact.get("model"), "label": label, "fingerprint": fingerprint,
             "settings": None,
-            "conditions": conditions, "results": rows, "roofline": None,
+            "conditions": None, "results": rows, "roofline": None,
             "device": {"facts": facts, "package": verdict["package"], "verdict": verdict["verdict"],
                        "reason": verdict["reason"], "target": report["package"].get("target"),
-                       "budget_s": _number(timings.get("budget_s"))}}
+                       "budget_s": _number(timings.get("budget_s")), "conditions": conditions}}
 
 
 def _number(value: Any) -> float | None:

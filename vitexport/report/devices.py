@@ -99,6 +99,13 @@ def conditions(c: dict | None) -> str:
     return "; ".join(parts)
 
 
+def source_conditions(source: dict) -> str:
+    """The conditions a device report among a comparison's sources kept, in one line (kept with the
+    device: a device's readings are not a bench run's and are not read as one)."""
+    device = source.get("device") if isinstance(source.get("device"), dict) else {}
+    return conditions(device.get("conditions"))
+
+
 def spread(row: dict) -> float | None:
     """The relative spread of the row's round medians (None with fewer than 2 rounds, or none kept)."""
     return _number(row.get("round_spread")) if row.get("available") else None

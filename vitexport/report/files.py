@@ -76,7 +76,7 @@ def markdown_text(report: dict) -> str:
                      (("CPU", src.get("roofline")), ("CPU int8", src.get("roofline_int8")),
                       ("GPU", src.get("roofline_cuda"))) if r and r.get("gflops")]
             device = bool(src.get("device"))  # a device report: the device, its package, the verdict
-            cond = devices.conditions(src.get("conditions")) if device else describe(src.get("conditions"))
+            cond = devices.source_conditions(src) if device else describe(src.get("conditions"))
             what = devices.source_line(src) if device else machine_line(src.get("fingerprint") or {},
                                                                          src.get("settings"))
             lines.append(f"- **{src['label']}** ({Path(src['path']).name}): {what}"

@@ -71,7 +71,7 @@ def _conditions(report: dict) -> list[Line]:
         return []
     missing = "not recorded (the report keeps no conditions)"
     if report.get("sources"):
-        return [Line((devices.conditions(s.get("conditions")) if s.get("device") else describe(s.get("conditions")))
+        return [Line((devices.source_conditions(s) if s.get("device") else describe(s.get("conditions")))
                      or missing, bold=_text(s["label"])) for s in report["sources"]]
     return [Line(describe(report.get("conditions")) or missing, bold=_text(machine_label(report) or "this machine"))]
 

@@ -323,7 +323,7 @@ def compare_report(merged: dict[str, Any]) -> None:
         if src.get("device"):  # a device report: the device, its package and the verdict on its outputs
             console.print(f"{escape(src['label'])}: {escape(devices.source_line(src))}", highlight=False,
                           soft_wrap=True)
-        said = devices.conditions(src.get("conditions")) if src.get("device") else describe(src.get("conditions"))
+        said = devices.source_conditions(src) if src.get("device") else describe(src.get("conditions"))
         if said:
             console.print(f"conditions on {escape(src['label'])}: {escape(said)}", highlight=False, soft_wrap=True)
     for b, names in merged["ranking"].items():

@@ -209,7 +209,7 @@ class KernelTimes(Record):
 
 class ReferenceKernel(Record):
     what: str
-    gflops: Optional[KernelRates] = None  # none where the kernel's rate is not known (a device's)
+    gflops: KernelRates
     ms: KernelTimes
 
 
@@ -280,6 +280,7 @@ class DeviceSource(Record):
     reason: Optional[str] = None
     target: Optional[str] = None
     budget_s: Optional[Seconds] = None
+    conditions: Optional[dict[str, Any]] = None  # as the device's check wrote them (its own schema)
 
 
 class Source(Record):

@@ -74,6 +74,17 @@ def test_a_report_whose_package_is_not_at_hand_is_not_judged_and_says_why(onnx_p
     assert as_bench_report(inside, [])["results"][0]["device_check"]["verdict"] == devices.VERIFIED
 
 
+def test_a_report_of_a_damaged_package_is_not_judged_and_says_why(onnx_package, tmp_path):
+    device = tmp_path / "device" / onnx_package.name
+    shutil.copytree(onnx_package, device)
+    path = write_report(device, "jetson", device, file="device-report.json")
+    golden = next((device / "golden").glob("*.output0.npy"))
+    golden.write_bytes(golden.read_bytes()[:-4] + b"\0\0\0\0")  # the reference itself changed
+    (row,) = as_bench_report(path, [])["results"]
+    assert row["device_check"]["verdict"] == devices.NOT_JUDGED and "damaged" in row["device_check"]["reason"]
+    assert row["verification"]["status"] == "unverified"
+
+
 def test_the_fastest_verified_row_of_each_device_comes_first(onnx_package, tmp_path):
     paths = [BENCH] + [write_report(onnx_package, name, tmp_path) for name in DEVICES]
     merged = merge(paths, loader([onnx_package]))

@@ -83,7 +83,7 @@ def judged(path: Path, report: dict, packages: list[Path]) -> dict[str, Any]:
             return {"verdict": devices.NOT_JUDGED, "reason": str(e), "package": str(folder), "parity": {},
                     "artifact": artifact}
         parity = e.result.get("parity") or {}
-        why = "; ".join(parity.get("failures") or []) or str(e)
+        why = "; ".join((parity.get("failures") or [])[:3]) or str(e)  # the first few, as verify says them
         return {"verdict": devices.FAILED, "reason": why, "package": str(folder), "parity": parity,
                 "artifact": artifact, "precision": e.result.get("precision")}
     return {"verdict": devices.VERIFIED, "reason": None, "package": str(folder), "parity": result["parity"],

@@ -287,7 +287,18 @@ def test_a_gate_verdict_is_shown_in_words_with_its_interval():
 
 SAMPLES = {
     "bench": lambda: [bench_report({"onnxruntime-fp32": 9.0, "openvino-int8": 5.0})],
-    "compare": lambda: [{**make_report([result("torch", 1, 10.0)]), "sources": [{"label": "a", "path": "a.json"}]}],
+    # A machine's bench rows beside a device's (judged on the device, with the platform's conditions).
+    "compare": lambda: [{**make_report([result("torch", 1, 10.0, device_label="a"),
+                                        result("onnxruntime", 1, 2.0, device_label="Jetson Orin NX, 15 W",
+                                               round_spread=0.01, device_check={
+                                                   "verdict": "verified on the device", "runtime": "ONNX Runtime",
+                                                   "conditions": "power mode 15W", "reason": "none"})]),
+                         "sources": [{"label": "a", "path": "a.json"},
+                                     {"label": "Jetson Orin NX, 15 W", "path": "j.json",
+                                      "device": {"facts": {"model": "Jetson", "os": "L4T"}, "package": "p",
+                                                 "verdict": "failed", "reason": "why",
+                                                 "conditions": {"platform": "jetson", "jetson": {
+                                                     "power_mode": "15W", "thermal_c": {"gpu": 40.0}}}}}]}],
     "matrix": lambda: [matrix_report(3)],
     "history": lambda: [bench_report({"onnxruntime-fp32": 9.0}, "2026-11-01T00:00:00+00:00"),
                         bench_report({"onnxruntime-fp32": 8.0}, "2026-11-02T00:00:00+00:00")],

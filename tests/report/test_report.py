@@ -185,23 +185,27 @@ def test_gpu_rows_are_not_shown_against_the_cpu_rate():
 
 # The column list drives every output; these pin what each output's columns are and that they agree.
 
-FULL_MARKDOWN = ["device", "backend", "provider", "precision", "batch", "p50 ms", "p90 ms", "p99 ms", "mean ± std ms",
-                 "images/s", "load s", "first ms", "artifact MB", "peak RSS MB", "peak GPU MB", "CV", "of GEMM",
-                 "vs baseline", "knee"]
-FULL_TERMINAL = ["device", "backend", "prec", "batch", "p50", "p90", "p99", "mean±sd", "img/s", "load", "1st", "file",
-                 "RSS", "GPU", "CV", "roof", "vs base", "knee"]
+FULL_MARKDOWN = ["device", "backend", "provider", "runtime", "precision", "batch", "p50 ms", "p90 ms", "p99 ms", "spread",
+                 "mean ± std ms", "images/s", "load s", "first ms", "artifact MB", "peak RSS MB", "peak GPU MB", "CV",
+                 "of GEMM", "vs baseline", "knee", "verified on device", "conditions"]
+FULL_TERMINAL = ["device", "backend", "prec", "batch", "p50", "p90", "p99", "spread", "mean±sd", "img/s", "load", "1st",
+                 "file", "RSS", "GPU", "CV", "roof", "vs base", "knee", "check"]
+DEVICE_COLUMNS = ("runtime", "spread", "verified on device", "conditions", "check")
 
 
 def full_report():
     """A merged report with every conditional column shown: GPU memory, a GEMM share, an unavailable row,
-    a comparison with a baseline, a batch sweep's knee."""
+    a comparison with a baseline, a batch sweep's knee, a row timed on a device."""
     vs = {"baseline_p50_ms": 16.0, "change": 0.25, "threshold": 0.1, "regressed": True}
     data = make_report([result("torch", 1, 20.0, roofline_fraction=0.25, device_label="Xeon A", vs_baseline=vs,
                                sweep=True, knee=True),
                         result("torch-cuda", 1, 3.0, provider="torch-cuda", peak_gpu_mb=900.0, roofline_fraction=0.3,
                                roofline_basis="cuda", device_label="Xeon A"),
                         {**result("coreml", 8, 0, False, reason="Core ML runs only on macOS"),
-                         "device_label": "Xeon A"}])
+                         "device_label": "Xeon A"},
+                        result("onnxruntime", 1, 2.0, device_label="Jetson Orin NX, 15 W", round_spread=0.012,
+                               device_check={"verdict": "verified on the device", "runtime": "ONNX Runtime 1.20.0",
+                                             "conditions": "power mode 15W"})])
     data["baseline"] = {"path": "old.json", "rule": "test rule", "compared": [], "unmatched": [], "regressions": []}
     return data
 
@@ -212,7 +216,7 @@ def test_csv_header_is_fixed(tmp_path):
         "mean_ms", "std_ms", "min_ms", "max_ms", "throughput_ips", "cv", "unstable", "iterations", "rounds",
         "round_spread", "load_s", "first_inference_ms", "artifact_mb", "peak_rss_mb", "peak_gpu_mb",
         "roofline_fraction", "roofline_basis", "p50_change_vs_baseline", "change_low_vs_baseline",
-        "change_high_vs_baseline", "verdict_vs_baseline", "knee")
+        "change_high_vs_baseline", "verdict_vs_baseline", "knee", "verified_on_device")
     for data in (full_report(), make_report([result("torch", 1, 20.0)])):  # the same header for any report
         assert tuple(next(csv.reader(io.StringIO(csv_text(data))))) == CSV_FIELDS
 
@@ -222,9 +226,9 @@ def test_table_headers_show_conditional_columns_only_when_they_have_values():
     assert [c.header for c in rich_table(full_report()).columns] == FULL_TERMINAL
     plain = make_report([result("torch", 1, 20.0)])
     assert table_columns(plain) == \
-        [h for h in FULL_MARKDOWN if h not in ("device", "peak GPU MB", "of GEMM", "vs baseline", "knee")]
+        [h for h in FULL_MARKDOWN if h not in ("device", "peak GPU MB", "of GEMM", "vs baseline", "knee", *DEVICE_COLUMNS)]
     assert [c.header for c in rich_table(plain).columns] == \
-        [h for h in FULL_TERMINAL if h not in ("device", "GPU", "roof", "vs base", "knee")]
+        [h for h in FULL_TERMINAL if h not in ("device", "GPU", "roof", "vs base", "knee", *DEVICE_COLUMNS)]
 
 
 def test_every_column_reaches_its_outputs_consistently():
@@ -247,12 +251,17 @@ def test_every_column_reaches_its_outputs_consistently():
     assert body[0][FULL_MARKDOWN.index("knee")] == "knee" and records[0]["knee"] is True and records[1]["knee"] is None
     # A row that could not run: named in full, its reason where its numbers would be, the rest empty.
     first_number = FULL_MARKDOWN.index("p50 ms")
-    assert body[2][:first_number] == ["Xeon A", "coreml", "", "fp32", "8"]
-    assert body[2][first_number:] == \
-        ["unavailable: Core ML runs only on macOS"] + [""] * (len(body[2]) - first_number - 1)
-    assert records[2] == {"device": "Xeon A", "model": "tiny", "backend": "coreml", "provider": None,
-                          "precision": "fp32", "batch_size": 8, "status": "unavailable: Core ML runs only on macOS"}
-    terminal_row = [c._cells[2] for c in table.columns]
+    assert body[3][:first_number] == ["Xeon A", "coreml", "", "coreml", "fp32", "8"]
+    assert body[3][first_number:] == \
+        ["unavailable: Core ML runs only on macOS"] + [""] * (len(body[3]) - first_number - 1)
+    assert records[3] == {"device": "Xeon A", "model": "tiny", "backend": "coreml", "provider": None,
+                          "precision": "fp32", "batch_size": 8, "status": "unavailable: Core ML runs only on macOS",
+                          "verified_on_device": ""}
+    # A row timed on a device: its runtime, spread, verdict and conditions in their columns.
+    device = dict(zip(FULL_MARKDOWN, body[2]))
+    assert (device["runtime"], device["spread"], device["verified on device"], device["conditions"]) == \
+        ("ONNX Runtime 1.20.0", "1.2%", "verified on the device", "power mode 15W")
+    terminal_row = [c._cells[3] for c in table.columns]
     assert terminal_row[FULL_TERMINAL.index("p50")] == "[dim]n/a[/dim]"
     assert "unavailable: Core ML runs only on macOS" in terminal_row[FULL_TERMINAL.index("backend")]
 

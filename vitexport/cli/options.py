@@ -78,6 +78,9 @@ ShapeOpt = Annotated[Optional[str], typer.Option("--input-shape", help="N,C,H,W 
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a preset field, e.g. depth=2.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random init and check inputs.")]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder the output goes into."), Output("folder")]
+PackagesOpt = Annotated[Optional[list[Path]], typer.Option(
+    "--packages", help="Package folders device reports are judged against, repeatable: each report is judged "
+                       "against the one whose manifest it names (its own folder is looked in first)."), INPUT]
 NameOpt = Annotated[Optional[str], typer.Option(
     "--name", help="Artifact name without suffix (default: from the model and its --set overrides).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]

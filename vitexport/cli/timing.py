@@ -21,6 +21,7 @@ from vitexport.cli.options import (
     NameOpt,
     OutOpt,
     Output,
+    PackagesOpt,
     PickleOpt,
     QuietOpt,
     SeedOpt,
@@ -179,22 +180,26 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
 
 
 @handle_errors
-def compare(reports: Annotated[list[Path], typer.Argument(help="Bench JSON reports, e.g. from two machines."), INPUT],
+def compare(reports: Annotated[list[Path], typer.Argument(
+                help="Bench JSON reports, e.g. from two machines, and device reports (device-report.json) written by "
+                     "packages' checks on their devices."), INPUT],
             out: Annotated[Path, typer.Option(
                 "--out", "-o", help="Folder the output goes into: the merged reports, compare.*."),
                 Output("folder")] = Path("vitexport-out"),
+            packages: PackagesOpt = None,
             as_json: JsonOpt = False) -> None:
-    """Merge bench reports from several machines into one table and plot, ranked per batch size."""
+    """Merge bench reports from several machines, and device reports judged against their packages, into one
+    table and plot, ranked per batch size."""
     from vitexport.bench.stored import check_writable
+    from vitexport.deploy.joined import loader
     from vitexport.report.files import write_all
-    from vitexport.report.merge import merge, ranking
+    from vitexport.report.merge import merge, ranked_names, ranking
     from vitexport.report.terminal import compare_report
 
     stem = out / "compare"
     check_writable(stem, reports)  # before any work: never over a given report or a user's file
-    merged = merge(reports)
-    ranks = ranking(merged)
-    merged["ranking"] = {str(b): [f"{r['device_label']} {r['backend']}" for r in group] for b, group in ranks.items()}
+    merged = merge(reports, loader(packages or ()))
+    merged["ranking"] = ranked_names(ranking(merged))
     merged["files"] = write_all(merged, stem, reports)
     if as_json:
         print(json.dumps(merged, indent=2, default=str))

@@ -33,6 +33,7 @@ MEANINGS: dict[str, str] = {
     "--opset": "ONNX opset",
     "--out": "Folder the output goes into",
     "--output-name": "Name of the model output.",
+    "--packages": "Package folders device reports are judged against",
     "--precision": "What the artifact computes in",
     "--profile": "Where the time goes, from each runtime's own profiler",
     "--quant": "int8 scheme",

@@ -13,7 +13,8 @@ instrumented test for android) and are copied into each package as they are.
 
 manifest: the manifest and which folders are packages. golden: golden inputs and outputs.
 describe: preprocessing.json and the README. build: writing a package atomically. package: a package
-from an exported artifact. judge: a device report against its package.
+from an exported artifact. judge: a device report against its package. joined: device reports judged,
+then read as devices' rows beside bench reports (`compare`, `report`).
 
 May import: core, models, verify, the backend spec, export, report."""
 

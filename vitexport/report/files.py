@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from vitexport.bench.stored import check_writable, report_paths, set_is_ours
 from vitexport.core import writer
-from vitexport.report import tables
+from vitexport.report import devices, tables
 from vitexport.report.names import machine_label
 from vitexport.report.plots import can_draw, write_plot
 from vitexport.report.prose import baseline_lines, machine_line, roofline_lines, settings_line, sweep_lines
@@ -75,9 +75,11 @@ def markdown_text(report: dict) -> str:
             rates = [f"{name} GEMM {r['gflops']:.0f} GFLOP/s" for name, r in
                      (("CPU", src.get("roofline")), ("CPU int8", src.get("roofline_int8")),
                       ("GPU", src.get("roofline_cuda"))) if r and r.get("gflops")]
-            cond = describe(src.get("conditions"))
-            lines.append(f"- **{src['label']}** ({Path(src['path']).name}): "
-                         f"{machine_line(src.get('fingerprint') or {}, src.get('settings'))}"
+            device = bool(src.get("device"))  # a device report: the device, its package, the verdict
+            cond = devices.source_conditions(src) if device else describe(src.get("conditions"))
+            what = devices.source_line(src) if device else machine_line(src.get("fingerprint") or {},
+                                                                         src.get("settings"))
+            lines.append(f"- **{src['label']}** ({Path(src['path']).name}): {what}"
                          + "".join(f"; {r}" for r in rates) + (f"; conditions: {cond}" if cond else ""))
         lines.append("")
     elif report.get("fingerprint"):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from vitexport.core.errors import UsageError
-from vitexport.report import page, svg, templating
+from vitexport.report import devices, page, svg, templating
 from vitexport.report.names import machine_label
 from vitexport.report.prose import baseline_lines, machine_line, roofline_lines, settings_line, sweep_lines
 from vitexport.report.tables import Column, cells, shown
@@ -52,7 +52,8 @@ class Line:
 
 def _machines(report: dict) -> list[Line]:
     if report.get("sources"):
-        return [Line(machine_line(s.get("fingerprint") or {}, s.get("settings")), bold=_text(s["label"]))
+        return [Line(devices.source_line(s) if s.get("device") else
+                     machine_line(s.get("fingerprint") or {}, s.get("settings")), bold=_text(s["label"]))
                 for s in report["sources"]]
     if report.get("fingerprint"):
         return [Line(machine_line(report["fingerprint"], report.get("settings")),
@@ -70,7 +71,8 @@ def _conditions(report: dict) -> list[Line]:
         return []
     missing = "not recorded (the report keeps no conditions)"
     if report.get("sources"):
-        return [Line(describe(s.get("conditions")) or missing, bold=_text(s["label"])) for s in report["sources"]]
+        return [Line((devices.source_conditions(s) if s.get("device") else describe(s.get("conditions")))
+                     or missing, bold=_text(s["label"])) for s in report["sources"]]
     return [Line(describe(report.get("conditions")) or missing, bold=_text(machine_label(report) or "this machine"))]
 
 
@@ -110,7 +112,8 @@ class Table:
 
 
 def _row_status(row: dict, check: dict) -> str:
-    return check["status"] if row.get("available") else "unavailable"
+    # A row that failed on its device did not run as far as the tables go (no speed), but failed is why.
+    return check["status"] if row.get("available") or check["status"] == page.FAILED else "unavailable"
 
 
 def _gate(row: dict) -> str:
@@ -126,13 +129,14 @@ def _gate(row: dict) -> str:
 
 # The rows table's own columns; every other column of the report is folded into one "details" cell,
 # so that the page fits a 1,400 px window without scrolling sideways.
-MAIN_COLUMNS = ("p50", "throughput")
+MAIN_COLUMNS = ("runtime", "p50", "spread", "throughput")
 
 
 def rows_table(report: dict, group: page.Group, cell_dicts: dict[str, dict]) -> Table:
     columns: list[Column] = shown(report, "markdown")
     main = [i for i, c in enumerate(columns) if c.key in MAIN_COLUMNS]
-    folded = [i for i, c in enumerate(columns) if c.key not in MAIN_COLUMNS]
+    # The check has its own column; the device's verdict in words is that column's text.
+    folded = [i for i, c in enumerate(columns) if c.key not in MAIN_COLUMNS + ("on_device",)]
     gate = any(r.get("vs_baseline") for r in report.get("results", []))
     # The artifact first (model, target or backend, precision): in a matrix, several models share a
     # device and a backend, and only this tells their rows apart.
@@ -143,7 +147,7 @@ def rows_table(report: dict, group: page.Group, cell_dicts: dict[str, dict]) -> 
         check = page.row_check(r, cell_dicts)
         texts = cells(r, columns)
         raw = [c.value(r) if (r.get("available") or c.always) else None for c in columns]
-        tds = [(page.row_name(r), page.row_name(r)), (check["status"], check["status"]),
+        tds = [(page.row_name(r), page.row_name(r)), (check["words"], check["status"]),
                ("" if check["cosine"] is None else page.cosine_words(check["cosine"]), check["cosine"])]
         tds += [(texts[i], raw[i]) for i in main]
         if gate:
@@ -153,6 +157,34 @@ def rows_table(report: dict, group: page.Group, cell_dicts: dict[str, dict]) -> 
         table.rows.append(_row(tds, backend=_text(r.get("target") or r.get("backend")),
                                precision=_text(r.get("precision")), status=_row_status(r, check),
                                fastest=any(r is f for f in group.fastest)))
+    return table
+
+
+def devices_table(report: dict) -> Table | None:
+    """Every row of every machine and device in one table, each device's fastest verified row first (and
+    marked): the device in words, the runtime, precision, batch, p50, the spread of its rounds, how it
+    was checked (on the device, or here by bench) and the device's conditions. None without device rows."""
+    from vitexport.report.tables import COLUMNS
+
+    results = report.get("results", [])
+    if not any(devices.is_device_row(r) for r in results):
+        return None
+    keys = ("runtime", "precision", "batch", "p50", "spread", "on_device", "conditions")
+    columns = [next(c for c in COLUMNS if c.key == k) for k in keys]
+    fastest = {id(f) for g in page.groups(report) for f in g.fastest}
+    table = Table("devices", "Every machine and device: the fastest verified row of each first",
+                  ["device", "artifact"] + [c.markdown for c in columns])
+    for r in results:
+        check = page.row_check(r)
+        texts = cells(r, columns)
+        if check["status"] == page.FAILED and not r.get("available"):
+            texts[keys.index("p50")] = "none: failed"  # why is in its verdict, beside
+        raw = [c.value(r) if (r.get("available") or c.always) else None for c in columns]
+        tds = [(_text(r.get("device_label")), _text(r.get("device_label"))), (page.row_name(r), page.row_name(r))]
+        tds += list(zip(texts, raw))
+        table.rows.append(_row(tds, backend=_text(r.get("target") or r.get("backend")),
+                               precision=_text(r.get("precision")), status=_row_status(r, check),
+                               fastest=id(r) in fastest))
     return table
 
 
@@ -263,7 +295,7 @@ def render(named: list[tuple[str, dict]]) -> str:
     reports = [r for _, r in named]
     what = page.kind(reports)
     context: dict[str, Any] = {"kind": what, "generator": GENERATOR, "filters": FILTERS, "history": [],
-                               "cells": None, "notes": [], **profile_context(reports[0])}
+                               "cells": None, "notes": [], "devices": None, **profile_context(reports[0])}
     if what == "history":
         if not page.same_machine(reports):
             raise UsageError("a history page needs bench reports of one machine; to set machines side by side, "
@@ -282,7 +314,7 @@ def render(named: list[tuple[str, dict]]) -> str:
     else:
         title = f"vitexport {what}: {reports[0].get('model') or ''}".strip()
         context.update(header=header(title, reports[0]), groups=groups_section(reports[0]),
-                       notes=notes_section(reports[0]))
+                       notes=notes_section(reports[0]), devices=devices_table(reports[0]))
     return templating.render("page.html", **context)
 
 
@@ -309,24 +341,35 @@ def write_page(named: list[tuple[str, dict]], path: Path, inputs: Iterable[Path]
     writer.write(path, render(named), ours=is_ours, inputs=inputs)
 
 
-def default_page(paths: list[Path]) -> Path:
-    """Beside the first report: REPORT.html for one, REPORT-history.html for several."""
+def default_page(paths: list[Path], joined: bool = False) -> Path:
+    """Beside the first report: REPORT.html for one, REPORT-history.html for several (REPORT-compare.html
+    for several `joined` into one comparison)."""
     first = Path(paths[0])
-    return first.with_suffix(".html") if len(paths) == 1 else first.with_name(f"{first.stem}-history.html")
+    return first.with_suffix(".html") if len(paths) == 1 else \
+        first.with_name(f"{first.stem}-{'compare' if joined else 'history'}.html")
 
 
-def page_from_files(paths: list[Path], out: Path | None = None) -> dict[str, Any]:
+def page_from_files(paths: list[Path], out: Path | None = None, read=None) -> dict[str, Any]:
     """`vitexport report`: read each report (every row checked as data, exit 2 naming the file and the
-    row), render one page, write it; return what was written."""
+    row), render one page, write it; return what was written. With `read` (device reports among them,
+    `vitexport.deploy.joined.loader`), every report is read with it and all are merged into one
+    comparison page, as `vitexport compare` merges them."""
     from vitexport.bench.stored import load
+    from vitexport.report.merge import merge, ranked_names, ranking
 
     if not paths:
         raise UsageError("give at least one report (a bench, compare or matrix JSON)")
     # --out is the folder the page goes into, as everywhere, or the page itself (PAGE.html).
-    out = default_page(paths) if out is None else Path(out) if Path(out).suffix.lower() in (".html", ".htm") \
-        else Path(out) / default_page(paths).name
+    joined = read is not None
+    out = default_page(paths, joined) if out is None else Path(out) if Path(out).suffix.lower() in (".html", ".htm") \
+        else Path(out) / default_page(paths, joined).name
     check_page_writable(out, paths)
-    named = [(str(p), load(Path(p))) for p in paths]
+    if read is not None:
+        merged = merge(paths, read)
+        merged["ranking"] = ranked_names(ranking(merged))
+        named = [(str(paths[0]), merged)]
+    else:
+        named = [(str(p), load(Path(p))) for p in paths]
     if len(named) > 1 and any(r.get("matrix") or r.get("sources") for _, r in named):
         raise UsageError("give one matrix or compare report, or several bench reports of one machine")
     write_page(named, out, paths)

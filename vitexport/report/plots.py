@@ -25,6 +25,12 @@ def can_draw() -> bool:
     return find_spec("matplotlib") is not None
 
 
+def _tail(latency: dict, stat: str) -> float:
+    """p90 or p99, or the p50 where a row kept none (an older device check: p50, mean and min only)."""
+    value = latency.get(stat)
+    return value if value is not None else latency["p50"]
+
+
 def write_plot(report: dict, path: Path) -> bool:
     """One row of panels per batch size: latency (dot at p50, thick bar to p90, whisker to p99) and
     throughput. Unavailable backends keep their line, labelled with the reason, so the plot shows
@@ -50,8 +56,8 @@ def write_plot(report: dict, path: Path) -> bool:
         ok = [r for r in group if r.get("available")]
         lows = [r["latency_ms"]["min"] for r in ok if r["latency_ms"].get("min")]
         # A GPU and a CPU in one merged plot differ by orders of magnitude: log scale then.
-        log = bool(lows) and max(r["latency_ms"]["p99"] for r in ok) / max(min(lows), 1e-9) > 20
-        top = max([r["latency_ms"]["p99"] for r in ok] or [1.0])
+        log = bool(lows) and max(_tail(r["latency_ms"], "p99") for r in ok) / max(min(lows), 1e-9) > 20
+        top = max([_tail(r["latency_ms"], "p99") for r in ok] or [1.0])
         ips_top = max([r.get("throughput_ips") or 0 for r in ok] or [1.0])
         for y, r in zip(ys, group):
             if not r.get("available"):
@@ -60,7 +66,7 @@ def write_plot(report: dict, path: Path) -> bool:
                     ax.text(0.01, y, note, va="center", color="0.4", fontsize=8,
                             transform=ax.get_yaxis_transform())
                 continue
-            lat = r["latency_ms"]
+            lat = {**r["latency_ms"], "p90": _tail(r["latency_ms"], "p90"), "p99": _tail(r["latency_ms"], "p99")}
             color = "#c44e52" if r.get("unstable") else "#4c72b0"
             lat_ax.plot([lat["p50"], lat["p99"]], [y, y], color=color, lw=1)
             lat_ax.plot([lat["p50"], lat["p90"]], [y, y], color=color, lw=6, alpha=0.45, solid_capstyle="butt")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from vitexport.bench.stored import is_merged
+from vitexport.report import devices
 
 # ---------------------------------------------------------------------------------------------- helpers
 
@@ -73,6 +74,8 @@ def _show_roofline(report: dict) -> bool:
 
 
 def unavailable_note(row: dict) -> str:
+    if devices.is_device_row(row) and row.get("reason"):  # it ran on its device: why it shows no time
+        return str(row["reason"])
     return f"unavailable: {row.get('reason') or 'unknown'}"
 
 
@@ -158,6 +161,23 @@ def _knee(row: dict) -> Any:
     return bool(row.get("knee")) if row.get("sweep") else None
 
 
+def _show_devices(report: dict) -> bool:
+    """Whether rows timed on a device are among the report's: then the tables say how each row was
+    checked, its runtime, the spread of its rounds and the device's conditions."""
+    return any(devices.is_device_row(r) for r in report.get("results", []))
+
+
+def _runtime(row: dict) -> str | None:
+    """The runtime a row ran on: the device's own words for a device row; the provider for a bench row."""
+    check = row.get("device_check") or {}
+    said = check.get("runtime") if devices.is_device_row(row) else None
+    return said or _short_provider(row.get("provider")) or row.get("backend")
+
+
+def _spread(value: Any) -> str:
+    return "" if value is None else f"{value:.1%}"
+
+
 def _show_baseline(report: dict) -> bool:
     return bool(report.get("baseline"))
 
@@ -193,6 +213,7 @@ COLUMNS: tuple[Column, ...] = (
     Column(key="name", terminal="backend", value=_terminal_name, always=True, width=(12, 28)),
     Column(key="provider", csv="provider", markdown="provider", value=_field("provider"), fmt=_short_provider,
            always=True),
+    Column(key="runtime", markdown="runtime", value=_runtime, shown=_show_devices, always=True),
     Column(key="precision", csv="precision", markdown="precision", terminal="prec", value=_field("precision"),
            always=True),
     Column(key="batch", csv="batch_size", markdown="batch", terminal="batch", value=_field("batch_size"), fmt=str,
@@ -203,10 +224,15 @@ COLUMNS: tuple[Column, ...] = (
     Column(key="p90", csv="p90_ms", markdown="p90 ms", terminal="p90", value=_latency("p90"), fmt=_f2, compact=_sig),
     Column(key="p99", csv="p99_ms", markdown="p99 ms", terminal="p99", value=_latency("p99"), fmt=_f2, compact=_sig),
     # The tables put mean and std in one cell; the CSV keeps each number (and min, max) in its own field.
+    # The relative spread of the round medians (1.4826 x MAD / median): what the regression gates call noise.
+    Column(key="spread", markdown="spread", terminal="spread", value=devices.spread, fmt=_spread, compact=_spread,
+           shown=_show_devices),
+    # A device's check may keep no std (an older one: p50, mean and min only): then the mean alone.
     Column(key="mean_std", markdown="mean ± std ms", terminal="mean±sd",
-           value=lambda row: (row["latency_ms"]["mean"], row["latency_ms"]["std"]),
-           fmt=lambda mean_std: "{:.2f} ± {:.2f}".format(*mean_std),
-           compact=lambda mean_std: "{}±{}".format(*map(_sig, mean_std))),
+           value=lambda row: (row["latency_ms"].get("mean"), row["latency_ms"].get("std")),
+           fmt=lambda mean_std: _f2(mean_std[0]) + (f" ± {_f2(mean_std[1])}" if mean_std[1] is not None else ""),
+           compact=lambda mean_std: _sig(mean_std[0]) + (f"±{_sig(mean_std[1])}" if mean_std[1] is not None
+                                                         else "")),
     Column(key="mean", csv="mean_ms", value=_latency("mean")),
     Column(key="std", csv="std_ms", value=_latency("std")),
     Column(key="min", csv="min_ms", value=_latency("min")),
@@ -248,6 +274,12 @@ COLUMNS: tuple[Column, ...] = (
     # `--batch auto`: the batch with the most images/s (within the latency budget) of a sweep.
     Column(key="knee", csv="knee", markdown="knee", terminal="knee", value=_knee,
            fmt=lambda v: "knee" if v else "", compact=lambda v: "[bold]knee[/bold]" if v else "", shown=_show_knee),
+    # How the row was checked: on its device ('verified on the device', 'failed: ...', 'not judged: ...'),
+    # or here by bench ('here: verified'); and the device's conditions while it timed.
+    Column(key="on_device", csv="verified_on_device", markdown="verified on device", terminal="check",
+           value=devices.verdict, shown=_show_devices, always=True, width=(10, 30)),
+    Column(key="conditions", markdown="conditions", value=lambda row: (row.get("device_check") or {}).get(
+        "conditions"), shown=_show_devices, always=True),
 )
 
 # Machine-readable columns: raw numbers, no units in cells.

@@ -317,14 +317,18 @@ def report_files(console, files: dict[str, str]) -> None:
 
 def compare_report(merged: dict[str, Any]) -> None:
     from vitexport.bench.conditions import describe
+    from vitexport.report import devices
     from vitexport.report.tables import rich_table
 
     console = wide_console()
     print_table(console, rich_table(merged, "vitexport compare"))
     for src in merged.get("sources") or []:  # what each machine was like while its report was measured
-        if src.get("conditions"):
-            console.print(f"conditions on {escape(src['label'])}: {escape(describe(src['conditions']))}",
-                          highlight=False, soft_wrap=True)
+        if src.get("device"):  # a device report: the device, its package and the verdict on its outputs
+            console.print(f"{escape(src['label'])}: {escape(devices.source_line(src))}", highlight=False,
+                          soft_wrap=True)
+        said = devices.source_conditions(src) if src.get("device") else describe(src.get("conditions"))
+        if said:
+            console.print(f"conditions on {escape(src['label'])}: {escape(said)}", highlight=False, soft_wrap=True)
     for b, names in merged["ranking"].items():
         console.print(f"batch {b}, fastest first: " + escape(" < ".join(names)), highlight=False)
     report_files(console, merged["files"])

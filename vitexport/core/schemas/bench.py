@@ -60,6 +60,18 @@ class ThreadsApplied(Record):
     torch_interop: Optional[Count] = None
 
 
+class DeviceCheck(Record):
+    """How a row timed by a package's check on a device was judged here (`vitexport compare`)."""
+
+    verdict: Literal["verified on the device", "failed", "not judged"]
+    reason: Optional[str] = None
+    case: Optional[str] = None
+    runtime: Optional[str] = None
+    package: Optional[str] = None
+    platform: Optional[str] = None
+    conditions: Optional[str] = None
+
+
 class Row(Record):
     """One backend at one batch size: measured, or unavailable with its reason."""
 
@@ -101,12 +113,15 @@ class Row(Record):
     cached: Optional[bool] = None
     named: Optional[bool] = None
     profile: Optional[Profile] = None
+    device_check: Optional[DeviceCheck] = None
 
     @model_validator(mode="after")
     def _measured(self):
-        """A row that ran has every statistic vitexport writes: the tables, charts and gates read them."""
+        """A row that ran has every statistic vitexport writes: the tables, charts and gates read them. A
+        device's check keeps fewer (an older one only p50, mean and min): p50 at least."""
         if self.available:
-            missing = [s for s in LATENCY_STATS if getattr(self.latency_ms, s, None) is None]
+            wanted = ("p50",) if self.device_check is not None else LATENCY_STATS
+            missing = [s for s in wanted if getattr(self.latency_ms, s, None) is None]
             if missing:
                 raise ValueError(f"ran (available) but has no latency_ms.{missing[0]}")
         return self
@@ -258,8 +273,20 @@ class Fingerprint(Record):
     jetson_clocks: Optional[str] = None
 
 
+class DeviceSource(Record):
+    """A device report among those merged: what the device said of itself, and the judgement."""
+
+    facts: dict[str, Any] = {}
+    package: Optional[str] = None
+    verdict: Optional[str] = None
+    reason: Optional[str] = None
+    target: Optional[str] = None
+    budget_s: Optional[Seconds] = None
+    conditions: Optional[dict[str, Any]] = None  # as the device's check wrote them (its own schema)
+
+
 class Source(Record):
-    """One machine's report among those a merged report was made from."""
+    """One machine's report among those a merged report was made from (a device's, with `device`)."""
 
     label: str
     path: str
@@ -273,6 +300,7 @@ class Source(Record):
     roofline_fp16: Optional[Roofline] = None
     roofline_cuda_fp16: Optional[Roofline] = None
     roofline_cuda_bf16: Optional[Roofline] = None
+    device: Optional[DeviceSource] = None
 
 
 class ParityBrief(Record):

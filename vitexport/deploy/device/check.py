@@ -2,7 +2,13 @@
 """Prove this package's model on this device: verify every file, run the golden inputs, compare
 with PyTorch's outputs, and write device-report.json for `vitexport verify --device-report`.
 
-usage: python3 check.py [--report PATH] [--warmup N] [--repeats N] [runtime options, see --help]
+usage: python3 check.py [--report PATH] [--budget-s S] [--warmup N] [--warmup-s S] [--repeats N]
+                        [runtime options, see --help]
+
+Each case is timed as `vitexport bench` times: a warm-up, then short rounds within --budget-s seconds
+with a small reference kernel timed between them (a round beside a slow reference was disturbed), the
+percentiles over all runs and the spread of the round medians; the statistics are roundstats.py,
+the same file vitexport's bench runs, loaded only after its sha256 matched the manifest.
 
 Exit codes: 0 every output within the golden tolerance; 4 a file differs from manifest.json (nothing
 runs) or an output is out of tolerance; 3 the runtime (or the provider asked for) is not available
@@ -10,7 +16,7 @@ here; 2 bad usage or a damaged package description; 1 the runtime failed.
 
 It needs Python 3.8 or newer, numpy and the runtime named in README.md, not vitexport: it is written
 by vitexport but runs where vitexport is not installed. The runtime is driven by runner.py, which
-this script loads only after its sha256 matched the manifest.
+this script loads (like roundstats.py) only after its sha256 matched the manifest.
 """
 from __future__ import annotations
 
@@ -33,6 +39,9 @@ MANIFEST_SCHEMA = "vitexport.package/1"
 GOLDEN_SCHEMA = "vitexport.golden/1"
 REPORT_SCHEMA = "vitexport.device-report/1"
 OK, FAILURE, USAGE, UNAVAILABLE, MISMATCH = 0, 1, 2, 3, 4
+STATS_FILE = "roundstats.py"
+DEFAULT_BUDGET_S = 3.0  # seconds of timed runs per case: 12 rounds of bench's length
+MAX_BUDGET_S = 3600.0
 
 
 class Stop(Exception):
@@ -95,6 +104,33 @@ def verify_files(folder, manifest):
 
 def manifest_digest(folder):
     return sha256_of(folder / "manifest.json")
+
+
+def load_stats(folder, manifest):
+    """roundstats.py, bench's statistics as vitexport carries them, imported from its verified file."""
+    if STATS_FILE not in (manifest.get("files") or {}):
+        raise Stop(USAGE, "manifest.json does not list {}, the statistics this check times with: package the "
+                          "artifact again".format(STATS_FILE))
+    spec = importlib.util.spec_from_file_location("vitexport_package_roundstats", str(folder / STATS_FILE))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_timing_arguments(args):
+    """Exit 2 on a timing flag out of range; fill in the budget and the warm-up's seconds."""
+    if args.warmup < 0 or (args.repeats is not None and args.repeats < 1):
+        raise Stop(USAGE, "--warmup must be >= 0 and --repeats >= 1")
+    if args.repeats is not None and args.budget_s is not None:
+        raise Stop(USAGE, "give --budget-s (seconds per case) or --repeats (runs per case), not both")
+    budget = DEFAULT_BUDGET_S if args.budget_s is None else args.budget_s
+    if not (0 < budget <= MAX_BUDGET_S):  # also NaN
+        raise Stop(USAGE, "--budget-s must be more than 0 and at most {:g} seconds".format(MAX_BUDGET_S))
+    args.budget_s = budget
+    if args.warmup_s is None:
+        args.warmup_s = 0.0 if args.repeats else min(1.0, budget / 4)
+    elif not (0 <= args.warmup_s <= MAX_BUDGET_S):
+        raise Stop(USAGE, "--warmup-s must be from 0 to {:g} seconds".format(MAX_BUDGET_S))
 
 
 def load_runner(folder, manifest):
@@ -208,32 +244,213 @@ def device_facts():
     return facts
 
 
-# --- running ------------------------------------------------------------------------------------------
+# --- timing, as vitexport bench times (its statistics are roundstats.py, carried beside this file) ------
 
-def timed_case(runner, case, warmup, repeats):
-    """Outputs on every row of the case, and the latency of its first run (after warm-up runs)."""
+REFERENCE_N = 256  # bench's reference kernel: a float32 product of two 256 x 256 matrices
+REFERENCE_MS = 15.0  # one reference burst; its median is kept
+
+
+class Reference:
+    """The small kernel timed between rounds: when it slows, the device was disturbed (another load,
+    a clock or power change), and so was the round beside it."""
+
+    def __init__(self, stats):
+        import numpy as np
+
+        rng = np.random.RandomState(0)  # numpy 1.17's API: older devices' numpy
+        self.a = rng.standard_normal((REFERENCE_N, REFERENCE_N)).astype(np.float32)
+        self.b = rng.standard_normal((REFERENCE_N, REFERENCE_N)).astype(np.float32)
+        self.c = np.empty((REFERENCE_N, REFERENCE_N), dtype=np.float32)
+        self.stats = stats
+        self.info = {"what": "numpy float32 matmul {}³".format(REFERENCE_N), "flop": 2.0 * REFERENCE_N ** 3}
+
+    def burst(self):
+        import numpy as np
+
+        np.matmul(self.a, self.b, out=self.c)  # one untimed run: its caches are the model's after a round
+        samples, start = [], time.perf_counter()
+        while not samples or (time.perf_counter() - start) * 1000.0 < REFERENCE_MS:
+            t0 = time.perf_counter()
+            np.matmul(self.a, self.b, out=self.c)
+            samples.append((time.perf_counter() - t0) * 1000.0)
+        return self.stats.median(samples)
+
+
+def read_text(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(1 << 16).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def cpu_times():
+    """(steal, total) jiffies of all CPUs from /proc/stat; None where there is none (not Linux)."""
+    text = read_text("/proc/stat")
+    if not text or not text.startswith("cpu "):
+        return None
+    fields = [int(v) for v in text.splitlines()[0].split()[1:]]
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_share(before, after):
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
+def clock_ghz():
+    """The cores' current clock in GHz, averaged, and where it was read (Linux)."""
+    import glob
+
+    khz = [read_text(p) for p in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_cur_freq")]
+    khz = [int(k) for k in khz if k and k.strip().isdigit()]
+    if khz:
+        return sum(khz) / len(khz) / 1e6, "cpufreq"
+    mhz = []
+    for line in (read_text("/proc/cpuinfo") or "").splitlines():
+        if line.lower().startswith("cpu mhz"):
+            try:
+                mhz.append(float(line.split(":", 1)[1]))
+            except ValueError:
+                pass
+    return (sum(mhz) / len(mhz) / 1000, "cpuinfo") if mhz else (None, "not readable")
+
+
+def number_in(path, scale):
+    text = read_text(path)
+    try:
+        return int(text.strip()) / scale if text and text.strip() else None
+    except ValueError:
+        return None
+
+
+def jetson_readings(facts):
+    """A Jetson's power mode (nvpmodel's name), its CPU, GPU and memory (EMC) clocks, and every thermal
+    zone; null where the board or the user's rights do not allow reading them."""
+    import glob
+
+    cpus = [number_in(p, 1000.0) for p in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_cur_freq")]
+    cpus = [c for c in cpus if c]
+    gpus = [p for p in sorted(glob.glob("/sys/class/devfreq/*/cur_freq") + glob.glob("/sys/devices/gpu.0/devfreq/*/cur_freq"))
+            if any(k in p for k in ("gpu", "ga10b", "gv11b", "gp10b", "gb10b"))]
+    gpu = next((v for v in (number_in(p, 1e6) for p in gpus) if v), None)
+    emc = next((v for v in (number_in(p, 1e6) for p in ("/sys/kernel/debug/bpmp/debug/clk/emc/rate",
+                                                        "/sys/kernel/debug/clk/emc/clk_rate")) if v), None)
+    thermal = {}
+    for zone in sorted(glob.glob("/sys/class/thermal/thermal_zone*")):
+        name = (read_text(os.path.join(zone, "type")) or "").strip() or os.path.basename(zone)
+        milli = number_in(os.path.join(zone, "temp"), 1000.0)
+        if milli is not None and -100 < milli < 250:  # a zone switched off reads -256 or the like
+            thermal[name] = milli
+    return {"power_mode": facts.get("jetson_power_mode"),
+            "clocks": {"cpu_mhz": sum(cpus) / len(cpus) if cpus else None, "gpu_mhz": gpu, "emc_mhz": emc},
+            "thermal_c": thermal or None}
+
+
+def platform_name(facts):
+    if facts.get("jetson_l4t"):
+        return "jetson"
+    return "macos" if platform.system() == "Darwin" else "linux"
+
+
+class Rounds:
+    """Every round of every case, as bench keeps them: the reference kernel either side of a round (the
+    slower of the two is the round's), steal, the clock and the round's seconds."""
+
+    def __init__(self, stats, reference):
+        self.stats, self.reference = stats, reference
+        self.states = []
+        self.last = None  # the latest reference reading, the next round's "before"
+
+    def run(self, burst):
+        before = self.last if self.last is not None else self.reference.burst()
+        times, t0 = cpu_times(), time.monotonic()
+        samples = burst()
+        seconds = time.monotonic() - t0
+        after = self.last = self.reference.burst()
+        ghz, _ = clock_ghz()
+        state = {"reference_ms": self.stats.slower(before, after), "steal": steal_share(times, cpu_times()),
+                 "clock_ghz": ghz, "seconds": seconds, "reference_each_ms": [before, after]}
+        self.states.append(state)
+        return samples, state["reference_ms"]
+
+
+def timed_case(runner, case, args, stats, rounds):
+    """Outputs on every row of the case, and its latency: a warm-up of at least --warmup runs and
+    --warmup-s seconds, then rounds of the first batch within --budget-s (or --repeats runs in all)."""
     import numpy as np
 
-    runs = list(batches(case["x"], case["batch"]))
-    first, _ = runs[0]
-    for _ in range(warmup):
+    parts = list(batches(case["x"], case["batch"]))
+    first = parts[0][0]
+    warm, start = 0, time.perf_counter()
+    while warm < max(1, args.warmup) or time.perf_counter() - start < args.warmup_s:
         runner.run(first)
-    times, outputs = [], None
-    for _ in range(max(1, repeats)):
-        start = time.perf_counter()
-        result = runner.run(first)
-        times.append((time.perf_counter() - start) * 1000.0)
-        result = [np.array(o, copy=True) for o in result]  # a runtime may reuse its output buffers
-        outputs = outputs if outputs is not None else result
-    deterministic = all(same(a, b) for a, b in zip(outputs, result))
-    pieces = [[o[:runs[0][1]] for o in outputs]]
-    for part, real in runs[1:]:
+        warm += 1
+    warmup_s = time.perf_counter() - start
+    if args.repeats:  # a number of runs, as older checks took it: spread over rounds
+        count = min(args.repeats, stats.MIN_ROUNDS)
+        per_round, burst_s = -(-args.repeats // count), None
+    else:
+        count, per_round = stats.round_count(args.budget_s), None
+        burst_s = args.budget_s / count
+    seen = {}
+
+    def burst():
+        samples, began = [], time.perf_counter()
+        while not samples or (len(samples) < per_round if per_round else time.perf_counter() - began < burst_s):
+            t0 = time.perf_counter()
+            result = runner.run(first)
+            samples.append((time.perf_counter() - t0) * 1000.0)
+            if "first" not in seen:
+                seen["first"] = [np.array(o, copy=True) for o in result]  # a runtime may reuse its buffers
+            seen["last"] = result
+        return samples
+
+    samples, medians, references = [], [], []
+    for _ in range(count):
+        timed, reference = rounds.run(burst)
+        samples += timed
+        medians.append(stats.median(timed))
+        references.append(reference)
+    outputs, last = seen["first"], [np.array(o, copy=True) for o in seen["last"]]
+    deterministic = all(same(a, b) for a, b in zip(outputs, last))
+    pieces = [[o[:parts[0][1]] for o in outputs]]
+    for part, real in parts[1:]:
         pieces.append([np.array(o[:real], copy=True) for o in runner.run(part)])
     joined = [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
-    times.sort()
-    timing = {"batch": case["batch"], "runs": len(times), "warmup": warmup, "mean_ms": sum(times) / len(times),
-              "p50_ms": times[len(times) // 2], "min_ms": times[0]}
+    lat = stats.latency(samples)
+    timing = {"batch": case["batch"], "runs": len(samples), "warmup": warm, "warmup_s": warmup_s, "rounds": count,
+              "mean_ms": lat["mean"], "p50_ms": lat["p50"], "p90_ms": lat["p90"], "p99_ms": lat["p99"],
+              "min_ms": lat["min"], "max_ms": lat["max"],
+              "per_round": {"median_ms": medians, "reference_ms": references},
+              "spread": stats.relative_spread(medians)}
     return joined, timing, deterministic
+
+
+def conditions(stats, rounds, facts):
+    """The report's `conditions`: bench's summary of the rounds, the platform and its own readings."""
+    out = stats.summary(rounds.states, rounds.reference.info, clock_ghz())
+    out["platform"] = platform_name(facts)
+    if out["platform"] == "jetson":
+        out["jetson"] = jetson_readings(facts)
+    return out
+
+
+def describe_timing(timings, c):
+    """One line: the budget, the rounds, the reference kernel, steal and the disturbed rounds."""
+    budget = ("{:g} s per case".format(timings["budget_s"]) if timings.get("budget_s")
+              else "a fixed number of runs per case")
+    parts = ["timing: {}, {} rounds in {:.1f} s".format(budget, c["rounds"], c["seconds"])]
+    kernel = c.get("reference_kernel")
+    if kernel and kernel.get("gflops"):
+        parts.append("reference kernel {:.0f} GFLOP/s".format(kernel["gflops"]["median"]))
+    if c.get("steal"):
+        parts.append("steal {:.1%}".format(c["steal"]["mean"]))
+    if c.get("clock_ghz"):
+        parts.append("clock {:.2f} GHz".format(c["clock_ghz"]["median"]))
+    parts.append("{} of {} rounds disturbed".format(c["disturbed_rounds"], c["rounds"]))
+    return "; ".join(parts)
 
 
 def same(a, b):
@@ -276,16 +493,24 @@ def main(argv=None):
         raise Stop(USAGE, "manifest.json is not a vitexport package manifest ({})".format(MANIFEST_SCHEMA))
     count = verify_files(HERE, manifest)  # before anything of the package is read or run
     runner_module = load_runner(HERE, manifest)
+    stats = load_stats(HERE, manifest)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", type=Path, default=HERE / "device-report.json",
                         help="where to write the report (default: device-report.json in this folder)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed runs before timing each case (default 3)")
-    parser.add_argument("--repeats", type=int, default=10, help="timed runs of each case's first batch (default 10)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="seconds of timed runs per case, in rounds of about {:g} s with the reference kernel "
+                             "between them (default {:g})".format(stats.BURST_S, DEFAULT_BUDGET_S))
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs before timing each case, at least "
+                                                              "(default 1)")
+    parser.add_argument("--warmup-s", type=float, default=None,
+                        help="seconds of untimed runs before timing each case, at least (default: a quarter of the "
+                             "budget, at most 1 s)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed runs of each case's first batch, in rounds, instead of a time budget")
     if hasattr(runner_module, "add_arguments"):
         runner_module.add_arguments(parser)
     args = parser.parse_args(argv)
-    if args.warmup < 0 or args.repeats < 1:
-        raise Stop(USAGE, "--warmup must be >= 0 and --repeats >= 1")
+    check_timing_arguments(args)
     try:
         import numpy  # noqa: F401
     except ImportError:
@@ -301,9 +526,10 @@ def main(argv=None):
     load_ms = (time.perf_counter() - start) * 1000.0
     tol = golden["tolerance"]
     results, timings, deterministic, lines = [], {}, True, []
+    rounds = Rounds(stats, Reference(stats))
     try:
         for case in cases:
-            outputs, timing, same = timed_case(runner, case, args.warmup, args.repeats)
+            outputs, timing, same = timed_case(runner, case, args, stats, rounds)
             deterministic = deterministic and same
             timings[case["name"]] = timing
             checks = []
@@ -327,9 +553,10 @@ def main(argv=None):
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "package": {"name": HERE.name, "manifest_sha256": manifest_digest(HERE), "target": manifest.get("target"),
                     "backend": manifest["artifact"]["backend"], "artifact": manifest["artifact"]["file"],
-                    "files_verified": count},
+                    "files_verified": count, "batches": sorted(set(c["batch"] for c in cases))},
         "device": facts,
-        "timings": {"load_ms": load_ms, "cases": timings},
+        "timings": {"budget_s": None if args.repeats else args.budget_s, "load_ms": load_ms, "cases": timings},
+        "conditions": conditions(stats, rounds, facts),
         "deterministic": deterministic,
         "verdict": {"passed": passed, "tolerance": tol,
                     "failures": ["{} {}: {}".format(r["name"], c["output"], c["reason"])
@@ -342,6 +569,7 @@ def main(argv=None):
     where = ", ".join(str(facts[k]) for k in ("model", "runtime", "provider", "compute_units") if facts.get(k))
     print("{} on {}: {} files verified".format(manifest["artifact"]["file"], where or facts["os"], count))
     print("\n".join(lines))
+    print(describe_timing(report["timings"], report["conditions"]))
     print("{} (atol {:g}, rtol {:g}, min cosine {}); report: {}".format(
         "PASS" if passed else "FAIL", tol["atol"], tol["rtol"], tol["min_cosine"], args.report))
     print("send it back and judge it: vitexport verify --device-report device-report.json --package {}".format(

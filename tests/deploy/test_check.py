@@ -186,7 +186,7 @@ def test_verify_refuses_mixing_an_artifact_with_a_device_report(onnx_package):
 
 
 def runner_sources() -> list[Path]:
-    return sorted([ROOT / "vitexport" / "deploy" / "device" / "check.py", ROOT / "vitexport" / "core" / "roundstats.py",
+    return sorted([*(ROOT / "vitexport" / "deploy" / "device").glob("*.py"), ROOT / "vitexport" / "core" / "roundstats.py",
                    *(ROOT / "vitexport" / "backends").glob("*/device/*.py")])
 
 

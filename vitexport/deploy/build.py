@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from vitexport.models.sources import LoadedModel
 
 # The check programs each target's package carries, beside the backend's runner (vitexport/deploy/device/).
-PROGRAMS = {"python": ("check.py",), "swift": ("DeviceCheckTests.swift",), "kotlin": ("DeviceCheckTest.kt",)}
+PROGRAMS = {"python": ("check.py", "devicetiming.py"), "swift": ("DeviceCheckTests.swift",), "kotlin": ("DeviceCheckTest.kt",)}
 # Modules of vitexport a check imports, carried as they are (from vitexport/core/): the device computes
 # its latencies with bench's own statistics.
 CARRIED = {"python": ("roundstats.py",)}

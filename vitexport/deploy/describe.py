@@ -125,8 +125,8 @@ def _python(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[s
             "4. It also times each case as `vitexport bench` does: a warm-up, then short rounds within "
             "`--budget-s` seconds (default 3) with a small reference kernel between them, p50/p90/p99 and the spread "
             "of the round medians, and what the device says of its state (steal and clock on Linux; power mode, "
-            "clocks and temperatures on a Jetson). `roundstats.py` holds bench's statistics; it is verified against "
-            "`manifest.json` like every file.", ""]
+            "clocks and temperatures on a Jetson), with `devicetiming.py` and `roundstats.py` (bench's statistics), "
+            "both verified against `manifest.json` like every file.", ""]
 
 
 def _swift(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[str]:

@@ -260,17 +260,20 @@ def timed_case(runner, case, args, stats, rounds):
         runner.run(first)
         warm += 1
     warmup_s = time.perf_counter() - start
-    if args.repeats:  # a number of runs, as older checks took it: spread over rounds
+    if args.repeats:  # exactly this many runs, as older checks took it, spread over rounds
         count = min(args.repeats, stats.MIN_ROUNDS)
-        per_round, burst_s = -(-args.repeats // count), None
+        quota = [args.repeats // count + (r < args.repeats % count) for r in range(count)]
+        burst_s = None
     else:
-        count, per_round = stats.round_count(args.budget_s), None
+        count, quota = stats.round_count(args.budget_s), None
         burst_s = args.budget_s / count
     seen = {}
+    medians = []
 
     def burst():
+        runs = quota[len(medians)] if quota else None
         samples, began = [], time.perf_counter()
-        while not samples or (len(samples) < per_round if per_round else time.perf_counter() - began < burst_s):
+        while not samples or (len(samples) < runs if runs else time.perf_counter() - began < burst_s):
             t0 = time.perf_counter()
             result = runner.run(first)
             samples.append((time.perf_counter() - t0) * 1000.0)
@@ -279,7 +282,7 @@ def timed_case(runner, case, args, stats, rounds):
             seen["last"] = result
         return samples
 
-    samples, medians, references = [], [], []
+    samples, references = [], []
     for _ in range(count):
         timed, reference = rounds.run(burst)
         samples += timed

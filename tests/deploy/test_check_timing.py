@@ -52,8 +52,9 @@ def test_older_invocations_still_time_a_number_of_runs(onnx_package, tmp_path):
         assert c["warmup"] >= 3 and c["runs"] == 10 and c["rounds"] == roundstats.MIN_ROUNDS
 
 
-def carried(package: Path):
-    spec = importlib.util.spec_from_file_location("carried_roundstats", str(package / "roundstats.py"))
+def carried(package: Path, name: str = "roundstats.py"):
+    """A module the package carries, imported from the package's file."""
+    spec = importlib.util.spec_from_file_location("carried_" + name[:-3], str(package / name))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -97,3 +98,28 @@ def test_benchs_numbers_and_the_carried_modules_are_the_same(onnx_package, seed)
     settings = Settings.__new__(Settings)
     settings.rounds, settings.iters, settings.budget_s = None, None, budget
     assert stats.round_count(budget) == settings.round_count(paired=False)
+
+
+def test_a_jetsons_power_mode_clocks_and_thermal_zones_are_read_from_sysfs(onnx_package, tmp_path):
+    """A fake sysfs laid out as on a Jetson Orin (L4T 36): nothing here is a Jetson."""
+    from vitexport.core.schemas.deploy import DeviceConditions
+
+    timing = carried(onnx_package, "devicetiming.py")
+    files = {"sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq": "1984000",
+             "sys/devices/system/cpu/cpu1/cpufreq/scaling_cur_freq": "729600",
+             "sys/class/devfreq/17000000.ga10b/cur_freq": "918000000",
+             "sys/class/devfreq/15340000.vic/cur_freq": "115200000",  # not the GPU
+             "sys/class/thermal/thermal_zone0/type": "cpu-thermal\n", "sys/class/thermal/thermal_zone0/temp": "47125",
+             "sys/class/thermal/thermal_zone1/type": "gpu-thermal\n", "sys/class/thermal/thermal_zone1/temp": "45500",
+             "sys/class/thermal/thermal_zone2/type": "PMIC-Die\n", "sys/class/thermal/thermal_zone2/temp": "-256000"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    readings = timing.jetson_readings({"jetson_power_mode": "15W", "jetson_l4t": "# R36"}, root=str(tmp_path))
+    assert readings == {"power_mode": "15W", "clocks": {"cpu_mhz": (1984.0 + 729.6) / 2, "gpu_mhz": 918.0,
+                                                        "emc_mhz": None},
+                        "thermal_c": {"cpu-thermal": 47.125, "gpu-thermal": 45.5}}
+    assert timing.platform_name({"jetson_l4t": "# R36"}) == "jetson"
+    # What the check writes is what the device report's schema reads.
+    conditions = DeviceConditions.model_validate({"rounds": 0, "platform": "jetson", "jetson": readings})
+    assert conditions.jetson.thermal_c == {"cpu-thermal": 47.125, "gpu-thermal": 45.5}

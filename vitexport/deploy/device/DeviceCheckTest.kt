@@ -210,7 +210,7 @@ class DeviceCheckTest {
         var kept: List<Output> = emptyList()
         var last: List<Output> = emptyList()
         repeat(count) {
-            val (timed, reference) = rounds.run {
+            val (timed, reference) = rounds.round {
                 val samples = mutableListOf<Double>()
                 val began = System.nanoTime()
                 while (samples.isEmpty() || (System.nanoTime() - began) / 1e6 < burstMs) {
@@ -375,7 +375,7 @@ class Rounds(private val context: Context) {
     private var last: Double? = null
     private var worstThermal = -1
 
-    fun run(burst: () -> List<Double>): Pair<List<Double>, Double> {
+    fun round(burst: () -> List<Double>): Pair<List<Double>, Double> {
         val before = last ?: kernel.burst()
         val start = System.nanoTime()
         val samples = burst()

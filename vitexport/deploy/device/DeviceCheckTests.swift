@@ -181,7 +181,7 @@ final class DeviceCheckTests: XCTestCase {
         var times: [Double] = [], medians: [Double] = [], references: [Double] = []
         var kept: [Output] = [], last: [Output] = []
         for _ in 0..<count {
-            let (timed, reference) = try rounds.run {
+            let (timed, reference) = try rounds.round {
                 var samples: [Double] = []
                 let began = now()
                 while samples.isEmpty || milliseconds(since: began) < burstMs {
@@ -345,7 +345,7 @@ final class Rounds {
     private var last: Double?
     private var worstThermal = ProcessInfo.processInfo.thermalState
 
-    func run(_ burst: () throws -> [Double]) rethrows -> ([Double], Double) {
+    func round(_ burst: () throws -> [Double]) rethrows -> ([Double], Double) {
         let before = last ?? kernel.burst()
         let start = now()
         let samples = try burst()

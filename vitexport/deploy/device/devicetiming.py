@@ -91,24 +91,28 @@ def number_in(path, scale):
         return None
 
 
-def jetson_readings(facts):
-    """A Jetson's power mode (nvpmodel's name), its CPU, GPU and memory (EMC) clocks, and every thermal
-    zone; null where the board or the user's rights do not allow reading them."""
+def jetson_readings(facts, root="/"):
+    """A Jetson's power mode (nvpmodel's name), its CPU, GPU and memory (EMC) clocks in MHz, and every
+    thermal zone in degrees C; null where the board or the user's rights do not allow reading them
+    (EMC's clock is in debugfs, usually root's). `root`: where sysfs is mounted, / on the device."""
     import glob
 
-    cpus = [number_in(p, 1000.0) for p in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_cur_freq")]
-    cpus = [c for c in cpus if c]
-    gpus = [p for p in sorted(glob.glob("/sys/class/devfreq/*/cur_freq") + glob.glob("/sys/devices/gpu.0/devfreq/*/cur_freq"))
-            if any(k in p for k in ("gpu", "ga10b", "gv11b", "gp10b", "gb10b"))]
-    gpu = next((v for v in (number_in(p, 1e6) for p in gpus) if v), None)
-    emc = next((v for v in (number_in(p, 1e6) for p in ("/sys/kernel/debug/bpmp/debug/clk/emc/rate",
-                                                        "/sys/kernel/debug/clk/emc/clk_rate")) if v), None)
+    def under(*pattern):
+        return sorted(glob.glob(os.path.join(root, *pattern)))
+
+    cpus = [number_in(p, 1000.0) for p in under("sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_cur_freq")]
+    cpus = [mhz for mhz in cpus if mhz]
+    gpus = [p for p in under("sys/class/devfreq/*/cur_freq") + under("sys/devices/gpu.0/devfreq/*/cur_freq")
+            if any(k in p for k in ("gpu", "ga10b", "gv11b", "gp10b", "gb10b"))]  # the GPU's devfreq by board
+    gpu = next((mhz for mhz in (number_in(p, 1e6) for p in gpus) if mhz), None)
+    emc = next((mhz for mhz in (number_in(os.path.join(root, p), 1e6) for p in (
+        "sys/kernel/debug/bpmp/debug/clk/emc/rate", "sys/kernel/debug/clk/emc/clk_rate")) if mhz), None)
     thermal = {}
-    for zone in sorted(glob.glob("/sys/class/thermal/thermal_zone*")):
+    for zone in under("sys/class/thermal/thermal_zone*"):
         name = (read_text(os.path.join(zone, "type")) or "").strip() or os.path.basename(zone)
-        milli = number_in(os.path.join(zone, "temp"), 1000.0)
-        if milli is not None and -100 < milli < 250:  # a zone switched off reads -256 or the like
-            thermal[name] = milli
+        celsius = number_in(os.path.join(zone, "temp"), 1000.0)
+        if celsius is not None and -100 < celsius < 250:  # a zone switched off reads -256 or the like
+            thermal[name] = celsius
     return {"power_mode": facts.get("jetson_power_mode"),
             "clocks": {"cpu_mhz": sum(cpus) / len(cpus) if cpus else None, "gpu_mhz": gpu, "emc_mhz": emc},
             "thermal_c": thermal or None}

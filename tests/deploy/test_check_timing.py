@@ -21,7 +21,7 @@ STARTUP_S = 30.0  # a fresh interpreter importing numpy and ONNX Runtime on a bu
 def test_the_check_times_each_case_in_rounds_within_its_budget(onnx_package, tmp_path):
     device = copy_to_device(onnx_package, tmp_path)
     start = time.monotonic()
-    run = run_check(device, "--budget-s", "0.5")
+    run = run_check(device, "--budget-s", "0.5", "--threads", "2")  # --threads: ONNX Runtime's runner's flag
     wall = time.monotonic() - start
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads((device / "device-report.json").read_text())
@@ -36,7 +36,7 @@ def test_the_check_times_each_case_in_rounds_within_its_budget(onnx_package, tmp
         assert c["min_ms"] <= c["p50_ms"] <= c["p90_ms"] <= c["p99_ms"] <= c["max_ms"], name
         assert c["spread"] == roundstats.relative_spread(c["per_round"]["median_ms"])
     conditions = report["conditions"]
-    assert conditions["platform"] == "linux" and conditions["rounds"] == sum(c["rounds"] for c in cases.values())
+    assert conditions["platform"] == "linux" and conditions["threads"] == 2 and conditions["rounds"] == sum(c["rounds"] for c in cases.values())
     assert conditions["reference_kernel"]["what"].startswith("numpy float32 matmul 256")
     assert {"steal", "clock_ghz", "phase_changes", "disturbed_rounds", "seconds"} <= set(conditions)
     assert "timing: 0.5 s per case" in run.stdout and "rounds disturbed" in run.stdout

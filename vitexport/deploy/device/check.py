@@ -407,7 +407,7 @@ def main(argv=None):
                     "files_verified": count, "batches": sorted(set(c["batch"] for c in cases))},
         "device": facts,
         "timings": {"budget_s": None if args.repeats else args.budget_s, "load_ms": load_ms, "cases": timings},
-        "conditions": devicetiming.conditions(stats, rounds, facts),
+        "conditions": devicetiming.conditions(stats, rounds, facts, getattr(args, "threads", None)),
         "deterministic": deterministic,
         "verdict": {"passed": passed, "tolerance": tol,
                     "failures": ["{} {}: {}".format(r["name"], c["output"], c["reason"])

@@ -146,9 +146,12 @@ class Rounds:
         return samples, state["reference_ms"]
 
 
-def conditions(stats, rounds, facts):
-    """The report's `conditions`: bench's summary of the rounds, the platform and its own readings."""
+def conditions(stats, rounds, facts, threads=None):
+    """The report's `conditions`: bench's summary of the rounds (with the runtime's threads when the
+    check was told them, as bench's), the platform and its own readings."""
     out = stats.summary(rounds.states, rounds.reference.info, clock_ghz())
+    if threads:
+        out = dict({"threads": threads}, **out)
     out["platform"] = platform_name(facts)
     if out["platform"] == "jetson":
         out["jetson"] = jetson_readings(facts)

@@ -12,6 +12,7 @@ from pathlib import Path
 from vitexport.models.sources import SourceSpec
 
 SPEC = SourceSpec("tiny", overrides={"depth": 1, "image_size": 32})
+QUICK = ("--repeats", "2")  # two rounds of one run per case (two runs: determinism is still checked)
 
 # Runs check.py as `python3 check.py ...` would, with the named top-level modules absent: vitexport
 # always (the device does not have it), a runtime when a test says so.
@@ -34,7 +35,11 @@ runpy.run_path(script, run_name="__main__")
 def run_check(folder: Path, *args: str, absent: tuple[str, ...] = ("vitexport",), script: str = "check.py",
               path: tuple[str, ...] = (), env: dict | None = None) -> subprocess.CompletedProcess:
     """`python3 check.py ARGS` in `folder` on a fresh interpreter (-I: no PYTHONPATH, no user site), with
-    the `absent` modules missing and `path` put first on sys.path (fakes of runtimes)."""
+    the `absent` modules missing and `path` put first on sys.path (fakes of runtimes). A check of
+    check.py times briefly (QUICK) unless the test gives its own timing flags: a device's default
+    budget is seconds per case, which tests about outputs do not need."""
+    if script == "check.py" and not {"--budget-s", "--repeats", "--help"} & {a.split("=")[0] for a in args}:
+        args = (*QUICK, *args)
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | (env or {})
     code = "import sys; sys.path[:0] = %r\n" % list(path) + DEVICE
     return subprocess.run([sys.executable, "-I", "-c", code, ",".join(absent), str(folder / script), *args],

@@ -179,6 +179,44 @@ def test_swift_and_kotlin_checks_read_the_fields_the_package_writes(onnx_package
         assert read and read <= written, (source.name, read - written)
 
 
+# What the phone checks write that the device report's schema leaves free-form: device facts of their
+# own, and the check's verdict.
+FREE_KEYS = {"processors", "abi", "soc", "passed", "tolerance", "failures"}
+# The timing fields every check writes (the device-report timing contract), and each phone's own readings.
+TIMING_KEYS = {"batches", "budget_s", "p50_ms", "p90_ms", "p99_ms", "min_ms", "max_ms", "mean_ms", "warmup_s",
+               "rounds", "per_round", "median_ms", "reference_ms", "spread", "conditions", "platform",
+               "reference_kernel", "phase_changes", "disturbed_rounds", "seconds"}
+PLATFORM_KEYS = {"DeviceCheckTests.swift": ("ios", {"ios", "thermal_state", "low_power_mode"}),
+                 "DeviceCheckTest.kt": ("android", {"android", "thermal_status", "charging", "battery_temp_c"})}
+
+
+def schema_keys(node) -> set[str]:
+    """Every property name anywhere in a JSON Schema."""
+    found = set()
+    if isinstance(node, dict):
+        found |= set(node.get("properties") or {})
+        for value in node.values():
+            found |= schema_keys(value)
+    elif isinstance(node, list):
+        for value in node:
+            found |= schema_keys(value)
+    return found
+
+
+@pytest.mark.parametrize("program", sorted(PLATFORM_KEYS))
+def test_swift_and_kotlin_checks_write_the_fields_of_the_device_report_schema(program):
+    """The keys they write are the report's (the published schema), and they write the timing contract's."""
+    from vitexport.core.schemas.publish import json_schema
+
+    text = (Path(__file__).resolve().parents[2] / "vitexport" / "deploy" / "device" / program).read_text()
+    written = set(re.findall(r'"([a-z_0-9]+)":\s', text)) | set(re.findall(r'\.put\("([a-z_0-9]+)"', text))
+    allowed = schema_keys(json_schema("device-report")) | FREE_KEYS
+    assert written <= allowed, written - allowed
+    platform, readings = PLATFORM_KEYS[program]
+    assert TIMING_KEYS | readings <= written, (TIMING_KEYS | readings) - written
+    assert re.search(r'"platform"[:,]\s*"%s"' % platform, text)
+
+
 def test_an_executorch_package_proves_itself_with_executorchs_python_runtime(exported, tmp_path):
     folder = Path(package(exported("executorch"), "linux", out_dir=tmp_path)["package"])
     run = run_check(copy_to_device(folder, tmp_path), "--repeats", "2")

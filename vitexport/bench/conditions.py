@@ -14,11 +14,8 @@ from typing import Any
 
 from vitexport.bench import fingerprint
 from vitexport.bench.stats import median
-
-# A round whose reference kernel took more than this much longer than the run's fastest round was
-# disturbed. The kernel varies by a few percent between quiet rounds; a vCPU taken away slows a
-# two-thread kernel by 50-100 %.
-DISTURBED = 0.25
+from vitexport.core import roundstats
+from vitexport.core.roundstats import DISTURBED, disturbed, phase_changes  # noqa: F401  (bench's names for them)
 
 
 class RoundClock:
@@ -34,48 +31,10 @@ class RoundClock:
         return {"reference_ms": reference_ms, "steal": steal, "clock_ghz": ghz, "seconds": time.monotonic() - self.t0}
 
 
-def disturbed(reference_ms: list[float | None]) -> list[bool]:
-    """Per round: did its reference kernel take more than DISTURBED longer than the fastest round's?
-    Rounds without a reference reading count as undisturbed (nothing says otherwise)."""
-    known = [r for r in reference_ms if r]
-    if not known:
-        return [False] * len(reference_ms)
-    best = min(known)
-    return [bool(r) and r > (1 + DISTURBED) * best for r in reference_ms]
-
-
-def phase_changes(reference_ms: list[float | None]) -> int:
-    """How often the run went from quiet to disturbed or back."""
-    flags = disturbed(reference_ms)
-    return sum(a != b for a, b in zip(flags, flags[1:]))
-
-
 def summary(rounds: list[dict], threads: int, reference: dict | None) -> dict[str, Any]:
-    """The report's `conditions`: what the machine was like over the run, every round kept."""
-    refs = [r.get("reference_ms") for r in rounds]  # each round's slowest reading: did anything disturb it
-    known = [v for r in rounds for v in (r.get("reference_each_ms") or [r.get("reference_ms")]) if v]
-    steal = [r["steal"] for r in rounds if r.get("steal") is not None]
-    clocks = [r["clock_ghz"] for r in rounds if r.get("clock_ghz")]
-    flop = (reference or {}).get("flop")
-    ghz, source = fingerprint.clock_ghz()
-    out: dict[str, Any] = {
-        "threads": threads,
-        "rounds": len(rounds),
-        "seconds": sum(r.get("seconds") or 0 for r in rounds),
-        "steal": {"mean": sum(steal) / len(steal), "max": max(steal)} if steal else None,
-        "clock_ghz": {"median": median(clocks), "min": min(clocks), "max": max(clocks), "source": source}
-        if clocks else ({"median": ghz, "min": ghz, "max": ghz, "source": source} if ghz else None),
-        "reference_kernel": None,
-        "phase_changes": phase_changes(refs),
-        "disturbed_rounds": sum(disturbed(refs)),
-        "per_round": rounds,
-    }
-    if known and reference:
-        out["reference_kernel"] = {"what": reference.get("what"),
-                                   "ms": {"median": median(known), "min": min(known), "max": max(known)},
-                                   "gflops": {"median": flop / median(known) / 1e6, "best": flop / min(known) / 1e6,
-                                              "worst": flop / max(known) / 1e6} if flop else None}
-    return out
+    """The report's `conditions`: what the machine was like over the run, every round kept (computed
+    by vitexport.core.roundstats, which a package's check on the device runs too)."""
+    return {"threads": threads, **roundstats.summary(rounds, reference, fingerprint.clock_ghz())}
 
 
 def describe(c: dict | None) -> str:

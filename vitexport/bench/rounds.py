@@ -22,14 +22,13 @@ from typing import Any, Callable
 
 from vitexport.bench.conditions import RoundClock
 from vitexport.bench.stats import median
+from vitexport.core.roundstats import slower
 from vitexport.core.progress import Progress
 
 REFERENCE_MS = 15  # one reference burst: ~50 products of 0.3 ms on two cores, their median kept
 
 
-def _slower(a: float | None, b: float | None) -> float | None:
-    known = [x for x in (a, b) if x is not None]
-    return max(known) if known else None
+_slower = slower  # a round's reference: the slower reading either side of it
 
 
 class WorkerProcess:

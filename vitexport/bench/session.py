@@ -14,11 +14,11 @@ from typing import Any
 
 from vitexport.bench.rounds import REFERENCE_MS, Cell, Probe, Rounds, WorkerProcess
 from vitexport.core.progress import Progress
+# Bursts of BURST_S: short enough that two sides of a pair see the same phase of a noisy machine. The
+# numbers are the ones a package's check on the device uses too.
+from vitexport.core.roundstats import BURST_S, MAX_ROUNDS, MIN_ROUNDS, round_count  # noqa: F401
 
 AUTO = "auto"
-BURST_S = 0.25  # one burst: short enough that two sides of a pair see the same phase of a noisy machine
-MIN_ROUNDS = 8
-MAX_ROUNDS = 200
 # Paired rounds before a row may be retired: the fewest whose 95 % signed-rank interval is bounded. Its
 # low end is then the smallest round's ratio, so a row is retired only when every round put it beyond
 # the limit. (The gate waits for MIN_PAIRS: it must also be able to clear a row, which needs a narrower
@@ -62,7 +62,7 @@ class Settings:
         if self.iters:
             count = min(self.iters, MIN_ROUNDS)
             return max(count, MIN_ROUNDS) if paired else count
-        return max(MIN_ROUNDS, min(MAX_ROUNDS, round(self.budget_s / BURST_S)))
+        return round_count(self.budget_s)
 
     def burst(self, count: int) -> dict:
         if self.iters:

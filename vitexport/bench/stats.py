@@ -25,26 +25,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
 
+from vitexport.core.roundstats import median, relative_spread  # noqa: F401  (the statistics a package carries)
+
 CONFIDENCE = 0.95
 EXACT_PAIRS = 60  # the signed-rank distribution is counted exactly up to this many pairs, then approximated
 EXACT_PRODUCT = 2500  # likewise Mann-Whitney's, up to m x n
-
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        raise ValueError("median of nothing")
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def relative_spread(values: list[float]) -> float | None:
-    """A robust coefficient of variation: 1.4826 x the median absolute deviation over the median
-    (equal to std / mean for normal data, but one wild round does not move it)."""
-    if len(values) < 2:
-        return None
-    m = median(values)
-    return 1.4826 * median([abs(v - m) for v in values]) / m if m > 0 else None
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,9 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
            baseline: Annotated[Optional[list[Path]], typer.Option(
                help="What to compare with: exit 5 when worse beyond the margin. Here an earlier `verify --json` or export "
                     "`--json` output, and worse is a parity number that got worse "
-                    "beyond the margin."), INPUT] = None,
+                    "beyond the margin; with --device-report, an earlier device report of the same artifact on the "
+                    "same device, and worse is a case slower beyond the noise (bench's rule for a stored "
+                    "report)."), INPUT] = None,
            max_error_growth: Annotated[Optional[float], typer.Option(
                help="With --baseline: how many times the baseline's max/mean abs error (and cosine distance) "
                     "is still accepted (default 2).")] = None,
@@ -65,17 +67,17 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
     if device_report is not None or package_dir is not None:
         if artifact is not None or device_report is None:
             raise UsageError("give either an ARTIFACT or --device-report FILE (with --package DIR), not both")
-        given = {"--images": images, "--max-batch": max_batch, "--provider": provider, "--device": device, "--baseline": baseline,
+        given = {"--images": images, "--max-batch": max_batch, "--provider": provider, "--device": device,
                  "--max-error-growth": max_error_growth, "--allow-fallback": allow_fallback or None,
                  "--trust-code": trust_code or None, "--allow-pickle": allow_pickle or None}
         ignored = [flag for flag, value in given.items() if value is not None]
         if ignored:
             raise UsageError(f"{', '.join(ignored)} does not apply to --device-report (the device ran the golden "
                              "inputs its package holds)")
-        from vitexport.deploy.judge import judge
-
-        emit(judge(device_report, package=package_dir, atol=atol, rtol=rtol,
-                   gate=api.Gate(min_top1_agreement, max_accuracy_drop)), as_json)
+        if baseline and len(baseline) > 1:
+            raise UsageError("verify compares with one --baseline (an earlier device report); give it once")
+        judge_device_report(device_report, package_dir, atol, rtol, api.Gate(min_top1_agreement, max_accuracy_drop),
+                            baseline[0] if baseline else None, as_json)
         return
     if artifact is None:
         raise UsageError("give an ARTIFACT to verify, or --device-report FILE")
@@ -94,6 +96,35 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
         emit(e.result, as_json)
         raise
     emit(result, as_json)
+
+
+def judge_device_report(report: Path, package_dir: Optional[Path], atol, rtol, gate, baseline: Optional[Path],
+                        as_json: bool) -> None:
+    """`verify --device-report`: the outputs judged (exit 4 first), then with --baseline the timings
+    (exit 5 when slower; "inconclusive" is said, and exits 0 as bench does)."""
+    from vitexport.deploy.gate import lines
+    from vitexport.deploy.judge import judge
+    from vitexport.report.console import escape, stderr_console
+    from vitexport.report.terminal import emit
+
+    def show(result: dict) -> None:
+        emit(result, as_json)
+        comparison = result.get("timing_baseline")
+        if comparison and not as_json:
+            for line in lines(comparison):
+                print(line)
+        if comparison and comparison["inconclusive"]:
+            stderr_console().print("[yellow]warning:[/yellow] " + escape(
+                f"{len(comparison['inconclusive'])} case(s) inconclusive against {comparison['path']}: "
+                + "; ".join(f"{c['row']}: {c['why']}" for c in comparison["inconclusive"])),
+                highlight=False, soft_wrap=True)
+
+    try:
+        result = judge(report, package=package_dir, atol=atol, rtol=rtol, gate=gate, baseline=baseline)
+    except RegressionError as e:
+        show(e.result)
+        raise
+    show(result)
 
 
 @handle_errors

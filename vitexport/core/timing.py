@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from vitexport.core.errors import UsageError
+from vitexport.core.roundstats import percentile  # noqa: F401  (the one a package's check carries too)
 
 # Above this coefficient of variation (std / mean) a latency is not a number to choose a runtime by.
 # Runtimes people weigh against each other often differ by 10-30%; with a spread that large between
@@ -21,14 +22,6 @@ from vitexport.core.errors import UsageError
 UNSTABLE_CV = 0.10
 MIN_ITERS = 10  # a time budget still yields enough samples for a p90 to mean something
 MAX_ITERS = 200_000  # bounds memory when one run takes microseconds and the budget is long
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), without numpy."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass

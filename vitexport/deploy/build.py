@@ -24,7 +24,10 @@ if TYPE_CHECKING:
     from vitexport.models.sources import LoadedModel
 
 # The check programs each target's package carries, beside the backend's runner (vitexport/deploy/device/).
-PROGRAMS = {"python": ("check.py",), "swift": ("DeviceCheckTests.swift",), "kotlin": ("DeviceCheckTest.kt",)}
+PROGRAMS = {"python": ("check.py", "devicetiming.py"), "swift": ("DeviceCheckTests.swift",), "kotlin": ("DeviceCheckTest.kt",)}
+# Modules of vitexport a check imports, carried as they are (from vitexport/core/): the device computes
+# its latencies with bench's own statistics.
+CARRIED = {"python": ("roundstats.py",)}
 RUN = {"python": "python3 check.py", "swift": "xcodebuild test (DeviceCheckTests)",
        "kotlin": "./gradlew connectedAndroidTest (DeviceCheckTest)"}
 RESERVED = {"manifest.json", "preprocessing.json", "README.md", "golden", "device-report.json"}
@@ -44,7 +47,7 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
     check_folder_name(folder.name)
     check = check or be.device_check(path, record, target)
     ships = list(check.files) if check.files is not None else default_files(be, path, record)
-    program = [*PROGRAMS[target.language], check.runner_name]
+    program = [*PROGRAMS[target.language], *CARRIED.get(target.language, ()), check.runner_name]
     clash = (RESERVED | set(program)) & {p.name for p in ships}
     if clash:
         raise UsageError(f"{path.name}: a package cannot hold {', '.join(sorted(clash))} beside its own files")
@@ -69,6 +72,8 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
             check.extra(pkg)
         for name in PROGRAMS[target.language]:
             writer.fill(pkg / name, check_program(name))
+        for name in CARRIED.get(target.language, ()):
+            writer.fill(pkg / name, carried_module(name))
         writer.fill(pkg / check.runner_name, check.runner)
         gold = golden.write(pkg, cases, outputs, record, tol, input_dtype)
         labels = be.labels(path, record) or labels_of(loaded)
@@ -102,6 +107,13 @@ def check_program(name: str) -> str:
     from importlib import resources
 
     return resources.files(__package__).joinpath("device", name).read_text(encoding="utf-8")
+
+
+def carried_module(name: str) -> bytes:
+    """The bytes of a module of vitexport.core a check imports on the device."""
+    from importlib import resources
+
+    return resources.files("vitexport.core").joinpath(name).read_bytes()
 
 
 def check_folder_name(name: str) -> None:

@@ -121,7 +121,12 @@ def _python(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[s
             "not needed.",
             "3. Run `python3 check.py` in the folder (`--help` lists its options). Exit 0: every output matches "
             "PyTorch; 4: a file differs from `manifest.json` (nothing ran) or an output is out of tolerance; "
-            "3: the runtime is missing.", ""]
+            "3: the runtime is missing.",
+            "4. It also times each case as `vitexport bench` does: a warm-up, then short rounds within "
+            "`--budget-s` seconds (default 3) with a small reference kernel between them, p50/p90/p99 and the spread "
+            "of the round medians, and what the device says of its state (steal and clock on Linux; power mode, "
+            "clocks and temperatures on a Jetson), with `devicetiming.py` and `roundstats.py` (bench's statistics), "
+            "both verified against `manifest.json` like every file.", ""]
 
 
 def _swift(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[str]:

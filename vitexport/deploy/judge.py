@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from vitexport.core.errors import ParityError, UsageError
+from vitexport.core.errors import ParityError, RegressionError, UsageError
 from vitexport.deploy import manifest
 from vitexport.report.names import device_name
 
@@ -24,9 +24,12 @@ MAX_DIMS = 8
 
 
 def judge(report_path: str | Path, *, package: str | Path | None = None, atol: float | None = None,
-          rtol: float | None = None, gate=None) -> dict[str, Any]:
+          rtol: float | None = None, gate=None, baseline: str | Path | None = None) -> dict[str, Any]:
     """The verify result for the report at `report_path` (the package: `package`, default the report's
-    folder). Raises ParityError (exit 4) when the device's outputs leave tolerance."""
+    folder). Raises ParityError (exit 4) when the device's outputs leave tolerance; with `baseline`
+    (an earlier device report of the same artifact on the same device) the timings are compared with
+    it (`vitexport.deploy.gate`, the result's `timing_baseline`) and RegressionError (exit 5) raised
+    when a case is slower beyond the noise."""
     from vitexport.core import schemas
     from vitexport.core.jsonfile import read_json
     from vitexport.verify.parity import compare
@@ -34,6 +37,12 @@ def judge(report_path: str | Path, *, package: str | Path | None = None, atol: f
     report_path = Path(report_path)
     report = read_json(report_path, "device report")
     _check_report(report, report_path)
+    old = None
+    if baseline is not None:  # bad input before any judgement
+        from vitexport.deploy import gate as timing_gate
+
+        old = timing_gate.load_baseline(Path(baseline))
+        timing_gate.check_comparable(report, old, Path(baseline))
     folder = Path(package) if package is not None else report_path.parent
     if not (folder / manifest.NAME).exists():
         raise UsageError(f"{folder} holds no package manifest: pass --package DIR, the package the report's check "
@@ -87,6 +96,12 @@ def judge(report_path: str | Path, *, package: str | Path | None = None, atol: f
     if not parity.passed:
         raise ParityError(f"{result['backend']} artifact on {device_name(facts)} does not match PyTorch: "
                           + "; ".join(parity.failures[:3]), result)
+    if old is not None:
+        from vitexport.deploy import gate as timing_gate
+
+        comparison = result["timing_baseline"] = timing_gate.compare(report, old, Path(baseline))
+        if comparison["regressions"]:
+            raise RegressionError(timing_gate.message(comparison), result)
     return result
 
 

@@ -9,8 +9,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from vitexport.core.schemas.fields import (MAX_MS, Count, Cosine, ErrorOrNonFinite, Record, Sha256, Share, Size,
-                                           Spread, Tolerance, within_check)
+from vitexport.core.schemas.bench import Conditions, KernelRates, PerRound, ReferenceKernel
+from vitexport.core.schemas.fields import (MAX_MS, Amount, Count, Cosine, ErrorOrNonFinite, Ratio, Record, Seconds,
+                                           Sha256, Share, Size, Spread, Tolerance, within, within_check)
 
 TARGETS = Literal["linux", "jetson", "macos", "ios", "android"]
 MAX_DIMS = 8
@@ -133,15 +134,34 @@ class Case(Record):
 
 
 class CaseTiming(Record):
-    """A case's timings: every `*_ms` key is a time the device took."""
+    """A case's timings, as bench times a row: every `*_ms` key is a time the device took; the
+    percentiles are over every timed run, `per_round` holds each round's median and the reference
+    kernel beside it (bench's row shape, so bench's regression gate reads it), `spread` the relative
+    spread of the round medians (1.4826 x MAD / median; null below two rounds)."""
 
     batch: Optional[Size] = None
     runs: Optional[Count] = None
     warmup: Optional[Count] = None
+    warmup_s: Optional[Seconds] = None
+    rounds: Optional[Count] = None
     p50_ms: Optional[Spread] = None
+    p90_ms: Optional[Spread] = None
+    p99_ms: Optional[Spread] = None
     mean_ms: Optional[Spread] = None
     min_ms: Optional[Spread] = None
     max_ms: Optional[Spread] = None
+    per_round: Optional[PerRound] = None
+    spread: Optional[Ratio] = None
+
+    @model_validator(mode="after")
+    def _rounds(self):
+        if self.per_round is not None:
+            medians, references = self.per_round.median_ms, self.per_round.reference_ms
+            if references and len(references) != len(medians):
+                raise ValueError(f"per_round holds {len(medians)} medians but {len(references)} reference times")
+            if self.rounds is not None and len(medians) != self.rounds:
+                raise ValueError(f"per_round holds {len(medians)} medians for {self.rounds} rounds")
+        return self
 
     @model_validator(mode="after")
     def _times(self):
@@ -157,6 +177,7 @@ class CaseTiming(Record):
 
 
 class Timings(Record):
+    budget_s: Optional[Seconds] = None  # seconds of timed runs per case (null: a fixed number of runs)
     load_ms: Optional[Spread] = None
     cases: dict[str, CaseTiming] = {}
 
@@ -168,6 +189,7 @@ class ReportedPackage(Record):
     backend: Optional[str] = None
     target: Optional[str] = None
     files_verified: Optional[Count] = None
+    batches: Optional[list[Size]] = None  # the batch sizes the package was built for
 
 
 class DeviceFacts(Record):
@@ -183,6 +205,54 @@ class DeviceFacts(Record):
     stand_in: Optional[bool] = None
 
 
+Celsius = within(-273.15, 1000.0)
+
+
+class JetsonClocks(Record):
+    cpu_mhz: Optional[Amount] = None
+    gpu_mhz: Optional[Amount] = None
+    emc_mhz: Optional[Amount] = None
+
+
+class JetsonReadings(Record):
+    """nvpmodel's power mode, the clocks from sysfs and every thermal zone (null: not readable)."""
+
+    power_mode: Optional[str] = None
+    clocks: Optional[JetsonClocks] = None
+    thermal_c: Optional[dict[str, Celsius]] = None
+
+
+class IosReadings(Record):
+    """ProcessInfo.thermalState and isLowPowerModeEnabled when the check ran."""
+
+    thermal_state: Optional[Literal["nominal", "fair", "serious", "critical"]] = None
+    low_power_mode: Optional[bool] = None
+
+
+class AndroidReadings(Record):
+    """PowerManager.currentThermalStatus (as PowerManager names it) and the battery's sticky intent."""
+
+    thermal_status: Optional[Literal["none", "light", "moderate", "severe", "critical", "emergency",
+                                     "shutdown"]] = None
+    charging: Optional[bool] = None
+    battery_temp_c: Optional[Celsius] = None
+
+
+class DeviceReferenceKernel(ReferenceKernel):
+    gflops: Optional[KernelRates] = None
+
+
+class DeviceConditions(Conditions):
+    """What the device did while the check timed: bench's conditions (the rounds, steal, the clock, the
+    reference kernel) where the platform can say them, and the platform's own readings."""
+
+    platform: Optional[TARGETS] = None
+    reference_kernel: Optional[DeviceReferenceKernel] = None
+    jetson: Optional[JetsonReadings] = None
+    ios: Optional[IosReadings] = None
+    android: Optional[AndroidReadings] = None
+
+
 class DeviceReport(Record):
     """device-report.json, written by a package's check on the device."""
 
@@ -194,6 +264,7 @@ class DeviceReport(Record):
     timings: Optional[Timings] = None
     created: Optional[str] = None
     verdict: Optional[dict[str, Any]] = None
+    conditions: Optional[DeviceConditions] = None
 
     @field_validator("cases")
     @classmethod

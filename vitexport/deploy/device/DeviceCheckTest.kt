@@ -3,11 +3,23 @@
 // runner (ExecuTorchRunner.kt, beside this file), compares the outputs with PyTorch's and writes
 // device-report.json for `vitexport verify --device-report`. See README.md.
 //
+// Each case is timed as `vitexport bench` and check.py time it: a warm-up, then rounds within a
+// budget (the instrumentation argument budget_s, default 3 s per case) with a small reference kernel
+// between them, p50/p90/p99 over all runs and the spread of the round medians (RoundStats below: the
+// formulas of vitexport/core/roundstats.py), and the phone's state: the worst
+// PowerManager.currentThermalStatus seen while timing, and whether the battery was charging and its
+// temperature (the ACTION_BATTERY_CHANGED sticky intent).
+//
 // Written by vitexport against AndroidX Test and org.json; vitexport's own tests cannot compile it.
 package org.vitexport.devicecheck
 
+import android.content.Context
+import android.content.Intent
+import android.content.IntentFilter
 import android.content.res.AssetManager
+import android.os.BatteryManager
 import android.os.Build
+import android.os.PowerManager
 import android.util.Log
 import androidx.test.ext.junit.runners.AndroidJUnit4
 import androidx.test.platform.app.InstrumentationRegistry
@@ -40,8 +52,13 @@ class Npy(val shape: LongArray, val values: FloatArray)
 
 @RunWith(AndroidJUnit4::class)
 class DeviceCheckTest {
-    private val warmup = 3
-    private val repeats = 10
+    private val warmup = 1  // untimed runs before timing a case, at least (and warmupSeconds)
+
+    /** Seconds of timed runs per case: `-Pandroid.testInstrumentationRunnerArguments.budget_s=2`, else 3
+     *  (as check.py's --budget-s). */
+    private val budgetSeconds: Double =
+        InstrumentationRegistry.getArguments().getString(BUDGET_ARGUMENT)?.toDoubleOrNull()
+            ?.takeIf { it > 0 && it <= 3600 } ?: 3.0
 
     @Test
     fun packageMatchesPyTorchOnThisDevice() {
@@ -61,6 +78,8 @@ class DeviceCheckTest {
         val timings = JSONObject()
         val failures = mutableListOf<String>()
         var deterministic = true
+        val batches = sortedSetOf<Int>()
+        val rounds = Rounds(target)
         val loadStart = System.nanoTime()
         val facts = makeRunner(dir, settings).use { runner ->
             val loadMs = (System.nanoTime() - loadStart) / 1e6
@@ -70,7 +89,8 @@ class DeviceCheckTest {
                 val caseName = entry.getString("name")
                 val input = readNpy(File(dir, entry.getString("input")))
                 val references = entry.getJSONArray("outputs").let { a -> List(a.length()) { readNpy(File(dir, a.getString(it))) } }
-                val (outputs, timing, same) = runCase(runner, input, entry.getInt("batch"))
+                batches.add(entry.getInt("batch"))
+                val (outputs, timing, same) = runCase(runner, input, entry.getInt("batch"), rounds)
                 deterministic = deterministic && same
                 timings.put(caseName, timing)
                 val encoded = JSONObject()
@@ -101,9 +121,12 @@ class DeviceCheckTest {
             .put("created", utcNow())
             .put("package", JSONObject().put("name", name).put("manifest_sha256", sha256(File(dir, "manifest.json")))
                 .put("target", manifest.optString("target")).put("backend", artifact.optString("backend"))
-                .put("artifact", artifact.optString("file")).put("files_verified", verified))
+                .put("artifact", artifact.optString("file")).put("files_verified", verified)
+                .put("batches", JSONArray(batches.toList())))
             .put("device", device)
-            .put("timings", JSONObject().put("load_ms", facts["load_ms"]).put("cases", timings))
+            .put("timings", JSONObject().put("budget_s", budgetSeconds).put("load_ms", facts["load_ms"])
+                .put("cases", timings))
+            .put("conditions", rounds.conditions())
             .put("deterministic", deterministic)
             .put("verdict", JSONObject().put("passed", failures.isEmpty()).put("tolerance", tolerance)
                 .put("failures", JSONArray(failures)))
@@ -154,8 +177,10 @@ class DeviceCheckTest {
         return names.size
     }
 
-    /** Rows in runs of `batch` (the last padded with its final row); the first run timed after warm-up. */
-    private fun runCase(runner: ArtifactRunner, input: Npy, batch: Int): Triple<List<Output>, JSONObject, Boolean> {
+    /** Rows in runs of `batch` (the last padded with its final row); the first run timed after a warm-up,
+     *  in rounds within the budget with the reference kernel between them. */
+    private fun runCase(runner: ArtifactRunner, input: Npy, batch: Int,
+                        rounds: Rounds): Triple<List<Output>, JSONObject, Boolean> {
         val total = input.shape[0].toInt()
         val row = input.values.size / maxOf(total, 1)
         val shape = longArrayOf(batch.toLong()) + input.shape.copyOfRange(1, input.shape.size)
@@ -169,15 +194,36 @@ class DeviceCheckTest {
             return values to real
         }
         val (first, firstReal) = rows(0)
-        repeat(warmup) { runner.run(first, shape) }
+        val warmupSeconds = minOf(1.0, budgetSeconds / 4)
+        val warmStart = System.nanoTime()
+        var warm = 0
+        while (warm < maxOf(1, warmup) || (System.nanoTime() - warmStart) / 1e9 < warmupSeconds) {
+            runner.run(first, shape)
+            warm++
+        }
+        val warmedSeconds = (System.nanoTime() - warmStart) / 1e9
+        val count = RoundStats.roundCount(budgetSeconds)
+        val burstMs = budgetSeconds * 1000 / count
         val times = mutableListOf<Double>()
+        val medians = mutableListOf<Double>()
+        val references = mutableListOf<Double>()
         var kept: List<Output> = emptyList()
         var last: List<Output> = emptyList()
-        repeat(repeats) { i ->
-            val start = System.nanoTime()
-            last = runner.run(first, shape)
-            times.add((System.nanoTime() - start) / 1e6)
-            if (i == 0) kept = last
+        repeat(count) {
+            val (timed, reference) = rounds.round {
+                val samples = mutableListOf<Double>()
+                val began = System.nanoTime()
+                while (samples.isEmpty() || (System.nanoTime() - began) / 1e6 < burstMs) {
+                    val start = System.nanoTime()
+                    last = runner.run(first, shape)
+                    samples.add((System.nanoTime() - start) / 1e6)
+                    if (kept.isEmpty()) kept = last.map { Output(it.values.copyOf(), it.shape.copyOf()) }
+                }
+                samples
+            }
+            times.addAll(timed)
+            medians.add(RoundStats.median(timed))
+            references.add(reference)
         }
         val same = kept.zip(last).all { (a, b) -> a.values.contentEquals(b.values) }
         val parts = mutableListOf(kept.map { trimmed(it, firstReal) })
@@ -192,9 +238,14 @@ class DeviceCheckTest {
             Output(pieces.map { it.values }.reduce { a, b -> a + b },
                 longArrayOf(pieces.sumOf { it.shape[0] }) + pieces[0].shape.copyOfRange(1, pieces[0].shape.size))
         }
-        times.sort()
-        val timing = JSONObject().put("batch", batch).put("runs", times.size).put("warmup", warmup)
-            .put("mean_ms", times.average()).put("p50_ms", times[times.size / 2]).put("min_ms", times[0])
+        val timing = JSONObject().put("batch", batch).put("runs", times.size).put("warmup", warm)
+            .put("warmup_s", warmedSeconds).put("rounds", count)
+            .put("mean_ms", times.average()).put("min_ms", times.minOrNull()).put("max_ms", times.maxOrNull())
+            .put("p50_ms", RoundStats.percentile(times, 50.0)).put("p90_ms", RoundStats.percentile(times, 90.0))
+            .put("p99_ms", RoundStats.percentile(times, 99.0))
+            .put("per_round", JSONObject().put("median_ms", JSONArray(medians))
+                .put("reference_ms", JSONArray(references)))
+            .put("spread", RoundStats.relativeSpread(medians) ?: JSONObject.NULL)
         return Triple(outputs, timing, same)
     }
 
@@ -232,6 +283,151 @@ class DeviceCheckTest {
         return JSONObject().put("passed", reasons.isEmpty())
             .put("reason", if (reasons.isEmpty()) JSONObject.NULL else reasons.joinToString("; "))
             .put("max_abs_error", jsonNumber(maxError)).put("cosine_similarity", jsonNumber(cosine))
+    }
+}
+
+const val BUDGET_ARGUMENT = "budget_s"
+
+/** The statistics of vitexport/core/roundstats.py (which bench and check.py run), formula for formula. */
+object RoundStats {
+    const val BURST_SECONDS = 0.25
+    const val MIN_ROUNDS = 8
+    const val MAX_ROUNDS = 200
+    const val DISTURBED = 0.25
+
+    /** Linear interpolation between closest ranks (numpy's default). */
+    fun percentile(values: List<Double>, q: Double): Double {
+        val ordered = values.sorted()
+        val position = (ordered.size - 1) * q / 100
+        val low = Math.floor(position).toInt()
+        val high = Math.ceil(position).toInt()
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    }
+
+    fun median(values: List<Double>): Double {
+        val ordered = values.sorted()
+        val mid = ordered.size / 2
+        return if (ordered.size % 2 == 1) ordered[mid] else (ordered[mid - 1] + ordered[mid]) / 2
+    }
+
+    /** 1.4826 x the median absolute deviation over the median; null below two rounds. */
+    fun relativeSpread(values: List<Double>): Double? {
+        if (values.size < 2) return null
+        val m = median(values)
+        return if (m > 0) 1.4826 * median(values.map { Math.abs(it - m) }) / m else null
+    }
+
+    /** Rounds of about BURST_SECONDS that fill the budget (Python's round: half to even, as Math.rint). */
+    fun roundCount(budget: Double): Int = maxOf(MIN_ROUNDS, minOf(MAX_ROUNDS, Math.rint(budget / BURST_SECONDS).toInt()))
+
+    /** Per round: did its reference kernel take more than 25 % longer than the fastest round's? */
+    fun disturbed(references: List<Double>): List<Boolean> {
+        val best = references.filter { it > 0 }.minOrNull() ?: return references.map { false }
+        return references.map { it > 0 && it > (1 + DISTURBED) * best }
+    }
+
+    fun phaseChanges(references: List<Double>): Int {
+        val flags = disturbed(references)
+        return flags.zipWithNext().count { (a, b) -> a != b }
+    }
+}
+
+/** bench's reference kernel, in plain Kotlin (no BLAS on every phone): a float32 product of two
+ *  128 x 128 matrices, timed between rounds; when it slows, the phone was busy or throttled. */
+class ReferenceKernel {
+    val n = 128
+    val what = "Kotlin float32 matmul ${n}³ on one thread"
+    val flop = 2.0 * n * n * n
+    private val random = java.util.Random(0)
+    private val a = FloatArray(n * n) { random.nextFloat() * 2 - 1 }
+    private val b = FloatArray(n * n) { random.nextFloat() * 2 - 1 }
+    private val c = FloatArray(n * n)
+
+    private fun product() {
+        java.util.Arrays.fill(c, 0f)
+        for (i in 0 until n) for (k in 0 until n) {
+            val x = a[i * n + k]
+            for (j in 0 until n) c[i * n + j] += x * b[k * n + j]
+        }
+    }
+
+    /** One burst of about 15 ms after an untimed product; the median of its products in ms. */
+    fun burst(): Double {
+        product()
+        val samples = mutableListOf<Double>()
+        val start = System.nanoTime()
+        while (samples.isEmpty() || (System.nanoTime() - start) / 1e6 < 15) {
+            val t = System.nanoTime()
+            product()
+            samples.add((System.nanoTime() - t) / 1e6)
+        }
+        return RoundStats.median(samples)
+    }
+}
+
+/** Every round of every case, as bench keeps them: the reference kernel either side of a round (the
+ *  slower of the two is the round's), the round's seconds, and the worst thermal status seen. */
+class Rounds(private val context: Context) {
+    private class State(val referenceMs: Double, val referenceEachMs: List<Double>, val seconds: Double)
+
+    private val kernel = ReferenceKernel()
+    private val states = mutableListOf<State>()
+    private var last: Double? = null
+    private var worstThermal = -1
+
+    fun round(burst: () -> List<Double>): Pair<List<Double>, Double> {
+        val before = last ?: kernel.burst()
+        val start = System.nanoTime()
+        val samples = burst()
+        val seconds = (System.nanoTime() - start) / 1e9
+        val after = kernel.burst()
+        last = after
+        if (Build.VERSION.SDK_INT >= 29) {  // PowerManager.getCurrentThermalStatus: API 29
+            val power = context.getSystemService(Context.POWER_SERVICE) as PowerManager
+            worstThermal = maxOf(worstThermal, power.currentThermalStatus)
+        }
+        states.add(State(maxOf(before, after), listOf(before, after), seconds))
+        return samples to maxOf(before, after)
+    }
+
+    /** The report's `conditions`, in the shape of bench's (steal and the clock are not an app's to read). */
+    fun conditions(): JSONObject {
+        val references = states.map { it.referenceMs }
+        val known = states.flatMap { it.referenceEachMs }
+        val kernelEntry: Any = if (known.isEmpty()) JSONObject.NULL else {
+            val middle = RoundStats.median(known)
+            val fastest = known.minOrNull()!!
+            val slowest = known.maxOrNull()!!
+            JSONObject().put("what", kernel.what)
+                .put("ms", JSONObject().put("median", middle).put("min", fastest).put("max", slowest))
+                .put("gflops", JSONObject().put("median", kernel.flop / middle / 1e6)
+                    .put("best", kernel.flop / fastest / 1e6).put("worst", kernel.flop / slowest / 1e6))
+        }
+        // The sticky battery intent: registering no receiver only reads its latest state.
+        val battery: Intent? = context.registerReceiver(null, IntentFilter(Intent.ACTION_BATTERY_CHANGED))
+        val status = battery?.getIntExtra(BatteryManager.EXTRA_STATUS, -1) ?: -1
+        val tenths = battery?.getIntExtra(BatteryManager.EXTRA_TEMPERATURE, Int.MIN_VALUE) ?: Int.MIN_VALUE
+        val android = JSONObject()
+            .put("thermal_status", THERMAL_NAMES.getOrNull(worstThermal) ?: JSONObject.NULL)
+            .put("charging", if (status < 0) JSONObject.NULL else
+                status == BatteryManager.BATTERY_STATUS_CHARGING || status == BatteryManager.BATTERY_STATUS_FULL)
+            .put("battery_temp_c", if (tenths == Int.MIN_VALUE) JSONObject.NULL else tenths / 10.0)
+        return JSONObject()
+            .put("rounds", states.size).put("seconds", states.sumOf { it.seconds })
+            .put("steal", JSONObject.NULL).put("clock_ghz", JSONObject.NULL).put("reference_kernel", kernelEntry)
+            .put("phase_changes", RoundStats.phaseChanges(references))
+            .put("disturbed_rounds", RoundStats.disturbed(references).count { it })
+            .put("per_round", JSONArray(states.map {
+                JSONObject().put("reference_ms", it.referenceMs).put("reference_each_ms", JSONArray(it.referenceEachMs))
+                    .put("seconds", it.seconds)
+            }))
+            .put("platform", "android")
+            .put("android", android)
+    }
+
+    companion object {
+        // PowerManager.THERMAL_STATUS_NONE (0) to THERMAL_STATUS_SHUTDOWN (6), named as PowerManager names them.
+        val THERMAL_NAMES = listOf("none", "light", "moderate", "severe", "critical", "emergency", "shutdown")
     }
 }
 

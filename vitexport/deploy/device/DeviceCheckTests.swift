@@ -3,7 +3,14 @@
 // ExecuTorchRunner.swift, beside this file), compares the outputs with PyTorch's and writes
 // device-report-<units>.json for `vitexport verify --device-report`. See README.md.
 //
+// Each case is timed as `vitexport bench` and check.py time it: a warm-up, then rounds within a
+// budget (VITEXPORT_BUDGET_S in the test's environment, default 3 s per case) with a small reference
+// kernel between them, p50/p90/p99 over all runs and the spread of the round medians (RoundStats
+// below: the formulas of vitexport/core/roundstats.py), and the device's state: the worst
+// ProcessInfo.thermalState seen while timing and Low Power Mode.
+//
 // Written by vitexport for Xcode 15 / iOS 16 or newer; vitexport's own tests cannot compile it.
+import Accelerate
 import CryptoKit
 import Foundation
 import XCTest
@@ -32,7 +39,17 @@ final class DeviceCheckTests: XCTestCase {
     func testCPUAndGPU() async throws { try await check(computeUnits: "cpu_and_gpu") }
     func testCPUAndNeuralEngine() async throws { try await check(computeUnits: "cpu_and_ne") }
 
-    let warmup = 3, repeats = 10
+    let warmup = 1  // untimed runs before timing a case, at least (and warmupSeconds)
+
+    /// Seconds of timed runs per case: VITEXPORT_BUDGET_S in the test's environment (the scheme's Test
+    /// action, or TEST_RUNNER_VITEXPORT_BUDGET_S given to xcodebuild), else 3, as check.py's --budget-s.
+    let budgetSeconds: Double = {
+        if let text = ProcessInfo.processInfo.environment["VITEXPORT_BUDGET_S"], let value = Double(text),
+           value > 0, value <= 3600 {
+            return value
+        }
+        return 3.0
+    }()
 
     private func check(computeUnits: String) async throws {
         let package = try packageFolder()
@@ -49,13 +66,16 @@ final class DeviceCheckTests: XCTestCase {
         let tolerance = golden["tolerance"] as? [String: Double] ?? [:]
         var cases: [[String: Any]] = [], timings: [String: Any] = [:], failures: [String] = []
         var deterministic = true
+        var batches = Set<Int>()
+        let rounds = Rounds()
         for entry in golden["cases"] as? [[String: Any]] ?? [] {
             let name = entry["name"] as? String ?? "?", batch = entry["batch"] as? Int ?? 1
             let input = try readNpy(package.appendingPathComponent(entry["input"] as? String ?? ""))
             let references = try (entry["outputs"] as? [String] ?? []).map {
                 try readNpy(package.appendingPathComponent($0))
             }
-            let (outputs, timing, same) = try runCase(runner, input, batch: batch)
+            batches.insert(batch)
+            let (outputs, timing, same) = try runCase(runner, input, batch: batch, rounds: rounds)
             deterministic = deterministic && same
             timings[name] = timing
             var encoded: [String: Any] = [:], checks: [[String: Any]] = []
@@ -84,9 +104,10 @@ final class DeviceCheckTests: XCTestCase {
                         "target": manifest["target"] ?? NSNull(),
                         "backend": (manifest["artifact"] as? [String: Any])?["backend"] ?? NSNull(),
                         "artifact": (manifest["artifact"] as? [String: Any])?["file"] ?? NSNull(),
-                        "files_verified": verified],
+                        "files_verified": verified, "batches": batches.sorted()] as [String: Any],
             "device": device,
-            "timings": ["load_ms": loadMs, "cases": timings],
+            "timings": ["budget_s": budgetSeconds, "load_ms": loadMs, "cases": timings],
+            "conditions": rounds.conditions(),
             "deterministic": deterministic,
             "verdict": ["passed": failures.isEmpty, "tolerance": tolerance, "failures": failures],
             "cases": cases,
@@ -136,8 +157,9 @@ final class DeviceCheckTests: XCTestCase {
         return files.count
     }
 
-    /// Rows in runs of `batch` (the last padded with its final row); the first run timed after warm-up.
-    private func runCase(_ runner: ArtifactRunner, _ input: Npy, batch: Int) throws
+    /// Rows in runs of `batch` (the last padded with its final row); the first run timed after a
+    /// warm-up, in rounds within the budget with the reference kernel between them.
+    private func runCase(_ runner: ArtifactRunner, _ input: Npy, batch: Int, rounds: Rounds) throws
         -> ([Output], [String: Any], Bool) {
         let row = input.values.count / max(input.shape[0], 1)
         let shape = [batch] + input.shape.dropFirst()
@@ -148,13 +170,31 @@ final class DeviceCheckTests: XCTestCase {
             return (values, real)
         }
         let (first, firstReal) = rows(0)
-        for _ in 0..<warmup { _ = try runner.run(first, shape: shape) }
-        var times: [Double] = [], kept: [Output] = [], last: [Output] = []
-        for i in 0..<repeats {
-            let start = now()
-            last = try runner.run(first, shape: shape)
-            times.append(milliseconds(since: start))
-            if i == 0 { kept = last }
+        let warmupSeconds = min(1.0, budgetSeconds / 4), warmStart = now()
+        var warm = 0
+        while warm < max(1, warmup) || milliseconds(since: warmStart) < warmupSeconds * 1000 {
+            _ = try runner.run(first, shape: shape)
+            warm += 1
+        }
+        let warmedSeconds = milliseconds(since: warmStart) / 1000
+        let count = RoundStats.roundCount(budgetSeconds), burstMs = budgetSeconds * 1000 / Double(count)
+        var times: [Double] = [], medians: [Double] = [], references: [Double] = []
+        var kept: [Output] = [], last: [Output] = []
+        for _ in 0..<count {
+            let (timed, reference) = try rounds.round {
+                var samples: [Double] = []
+                let began = now()
+                while samples.isEmpty || milliseconds(since: began) < burstMs {
+                    let start = now()
+                    last = try runner.run(first, shape: shape)
+                    samples.append(milliseconds(since: start))
+                    if kept.isEmpty { kept = last }
+                }
+                return samples
+            }
+            times += timed
+            medians.append(RoundStats.median(timed))
+            references.append(reference)
         }
         let same = zip(kept, last).allSatisfy { a, b in
             a.values.elementsEqual(b.values) { x, y in x == y || (x.isNaN && y.isNaN) }
@@ -170,10 +210,14 @@ final class DeviceCheckTests: XCTestCase {
             }
             start += batch
         }
-        times.sort()
-        let timing: [String: Any] = ["batch": batch, "runs": times.count, "warmup": warmup,
-                                     "mean_ms": times.reduce(0, +) / Double(times.count),
-                                     "p50_ms": times[times.count / 2], "min_ms": times[0]]
+        let timing: [String: Any] = [
+            "batch": batch, "runs": times.count, "warmup": warm, "warmup_s": warmedSeconds, "rounds": count,
+            "mean_ms": times.reduce(0, +) / Double(times.count), "min_ms": times.min() ?? 0, "max_ms": times.max() ?? 0,
+            "p50_ms": RoundStats.percentile(times, 50), "p90_ms": RoundStats.percentile(times, 90),
+            "p99_ms": RoundStats.percentile(times, 99),
+            "per_round": ["median_ms": medians, "reference_ms": references],
+            "spread": RoundStats.relativeSpread(medians).map { $0 as Any } ?? NSNull(),
+        ]
         return (outputs, timing, same)
     }
 
@@ -203,6 +247,149 @@ final class DeviceCheckTests: XCTestCase {
         if cosine < minCosine { reasons.append("cosine \(cosine) < \(minCosine)") }
         return ["passed": reasons.isEmpty, "reason": reasons.isEmpty ? NSNull() : reasons.joined(separator: "; "),
                 "max_abs_error": jsonNumber(maxError), "cosine_similarity": jsonNumber(cosine)]
+    }
+}
+
+/// The statistics of vitexport/core/roundstats.py (which bench and check.py run), formula for formula.
+enum RoundStats {
+    static let burstSeconds = 0.25, minRounds = 8, maxRounds = 200
+    static let disturbedShare = 0.25
+
+    /// Linear interpolation between closest ranks (numpy's default).
+    static func percentile(_ values: [Double], _ q: Double) -> Double {
+        let ordered = values.sorted()
+        let position = Double(ordered.count - 1) * q / 100
+        let low = Int(position.rounded(.down)), high = Int(position.rounded(.up))
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - Double(low))
+    }
+
+    static func median(_ values: [Double]) -> Double {
+        let ordered = values.sorted(), mid = ordered.count / 2
+        return ordered.count % 2 == 1 ? ordered[mid] : (ordered[mid - 1] + ordered[mid]) / 2
+    }
+
+    /// 1.4826 x the median absolute deviation over the median; nil below two rounds.
+    static func relativeSpread(_ values: [Double]) -> Double? {
+        guard values.count >= 2 else { return nil }
+        let m = median(values)
+        return m > 0 ? 1.4826 * median(values.map { abs($0 - m) }) / m : nil
+    }
+
+    /// Rounds of about burstSeconds that fill the budget (Python's round: half to even).
+    static func roundCount(_ budget: Double) -> Int {
+        max(minRounds, min(maxRounds, Int((budget / burstSeconds).rounded(.toNearestOrEven))))
+    }
+
+    /// Per round: did its reference kernel take more than 25 % longer than the fastest round's?
+    static func disturbed(_ references: [Double]) -> [Bool] {
+        guard let best = references.filter({ $0 > 0 }).min() else { return references.map { _ in false } }
+        return references.map { $0 > 0 && $0 > (1 + disturbedShare) * best }
+    }
+
+    static func phaseChanges(_ references: [Double]) -> Int {
+        let flags = disturbed(references)
+        return zip(flags, flags.dropFirst()).filter { $0 != $1 }.count
+    }
+}
+
+/// bench's reference kernel in Accelerate: a float32 product of two 256 x 256 matrices, timed between
+/// rounds; when it slows, the device was busy with something else, or throttled.
+final class ReferenceKernel {
+    static let n = 256
+    let what = "Accelerate vDSP_mmul float32 256³"
+    let flop = 2.0 * Double(ReferenceKernel.n * ReferenceKernel.n * ReferenceKernel.n)
+    private var a: [Float], b: [Float], c: [Float]
+
+    init() {
+        var state: UInt64 = 0x9E3779B97F4A7C15
+        func next() -> Float {  // a fixed pseudo-random sequence in [-1, 1)
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return Float(state >> 40) / Float(1 << 23) - 1
+        }
+        let count = ReferenceKernel.n * ReferenceKernel.n
+        a = (0..<count).map { _ in next() }
+        b = (0..<count).map { _ in next() }
+        c = [Float](repeating: 0, count: count)
+    }
+
+    private func product() {
+        let n = vDSP_Length(ReferenceKernel.n)
+        vDSP_mmul(a, 1, b, 1, &c, 1, n, n, n)
+    }
+
+    /// One burst of about 15 ms after an untimed product; the median of its products in ms.
+    func burst() -> Double {
+        product()
+        var samples: [Double] = []
+        let start = now()
+        while samples.isEmpty || milliseconds(since: start) < 15 {
+            let t = now()
+            product()
+            samples.append(milliseconds(since: t))
+        }
+        return RoundStats.median(samples)
+    }
+}
+
+/// Every round of every case, as bench keeps them: the reference kernel either side of a round (the
+/// slower of the two is the round's), the round's seconds, and the worst thermal state seen.
+final class Rounds {
+    struct State {
+        let referenceMs: Double
+        let referenceEachMs: [Double]
+        let seconds: Double
+    }
+
+    let kernel = ReferenceKernel()
+    private(set) var states: [State] = []
+    private var last: Double?
+    private var worstThermal = ProcessInfo.processInfo.thermalState
+
+    func round(_ burst: () throws -> [Double]) rethrows -> ([Double], Double) {
+        let before = last ?? kernel.burst()
+        let start = now()
+        let samples = try burst()
+        let seconds = milliseconds(since: start) / 1000
+        let after = kernel.burst()
+        last = after
+        let thermal = ProcessInfo.processInfo.thermalState
+        if thermal.rawValue > worstThermal.rawValue { worstThermal = thermal }
+        states.append(State(referenceMs: max(before, after), referenceEachMs: [before, after], seconds: seconds))
+        return (samples, max(before, after))
+    }
+
+    /// The report's `conditions`, in the shape of bench's (steal and the clock cannot be read on iOS).
+    func conditions() -> [String: Any] {
+        let references = states.map { $0.referenceMs }
+        let known = states.flatMap { $0.referenceEachMs }
+        var kernelEntry: Any = NSNull()
+        if let fastest = known.min(), let slowest = known.max() {
+            let middle = RoundStats.median(known)
+            kernelEntry = ["what": kernel.what, "ms": ["median": middle, "min": fastest, "max": slowest],
+                           "gflops": ["median": kernel.flop / middle / 1e6, "best": kernel.flop / fastest / 1e6,
+                                      "worst": kernel.flop / slowest / 1e6]] as [String: Any]
+        }
+        return [
+            "rounds": states.count, "seconds": states.reduce(0.0) { $0 + $1.seconds },
+            "steal": NSNull(), "clock_ghz": NSNull(), "reference_kernel": kernelEntry,
+            "phase_changes": RoundStats.phaseChanges(references),
+            "disturbed_rounds": RoundStats.disturbed(references).filter { $0 }.count,
+            "per_round": states.map { ["reference_ms": $0.referenceMs, "reference_each_ms": $0.referenceEachMs,
+                                       "seconds": $0.seconds] as [String: Any] },
+            "platform": "ios",
+            "ios": ["thermal_state": thermalName(worstThermal),
+                    "low_power_mode": ProcessInfo.processInfo.isLowPowerModeEnabled] as [String: Any],
+        ]
+    }
+
+    private func thermalName(_ state: ProcessInfo.ThermalState) -> Any {
+        switch state {
+        case .nominal: return "nominal"
+        case .fair: return "fair"
+        case .serious: return "serious"
+        case .critical: return "critical"
+        @unknown default: return NSNull()
+        }
     }
 }
 

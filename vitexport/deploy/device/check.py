@@ -2,7 +2,14 @@
 """Prove this package's model on this device: verify every file, run the golden inputs, compare
 with PyTorch's outputs, and write device-report.json for `vitexport verify --device-report`.
 
-usage: python3 check.py [--report PATH] [--warmup N] [--repeats N] [runtime options, see --help]
+usage: python3 check.py [--report PATH] [--budget-s S] [--warmup N] [--warmup-s S] [--repeats N]
+                        [runtime options, see --help]
+
+Each case is timed as `vitexport bench` times: a warm-up, then short rounds within --budget-s seconds
+with a small reference kernel timed between them (a round beside a slow reference was disturbed), the
+percentiles over all runs and the spread of the round medians (devicetiming.py); the statistics
+are roundstats.py, the same file vitexport's bench runs. Both are loaded only after their sha256
+matched the manifest.
 
 Exit codes: 0 every output within the golden tolerance; 4 a file differs from manifest.json (nothing
 runs) or an output is out of tolerance; 3 the runtime (or the provider asked for) is not available
@@ -10,7 +17,7 @@ here; 2 bad usage or a damaged package description; 1 the runtime failed.
 
 It needs Python 3.8 or newer, numpy and the runtime named in README.md, not vitexport: it is written
 by vitexport but runs where vitexport is not installed. The runtime is driven by runner.py, which
-this script loads only after its sha256 matched the manifest.
+this script loads (like roundstats.py) only after its sha256 matched the manifest.
 """
 from __future__ import annotations
 
@@ -33,6 +40,10 @@ MANIFEST_SCHEMA = "vitexport.package/1"
 GOLDEN_SCHEMA = "vitexport.golden/1"
 REPORT_SCHEMA = "vitexport.device-report/1"
 OK, FAILURE, USAGE, UNAVAILABLE, MISMATCH = 0, 1, 2, 3, 4
+STATS_FILE = "roundstats.py"  # vitexport/core/roundstats.py as it is: bench's statistics
+TIMING_FILE = "devicetiming.py"  # the reference kernel, the rounds, the platform's readings
+DEFAULT_BUDGET_S = 3.0  # seconds of timed runs per case: 12 rounds of bench's length
+MAX_BUDGET_S = 3600.0
 
 
 class Stop(Exception):
@@ -95,6 +106,33 @@ def verify_files(folder, manifest):
 
 def manifest_digest(folder):
     return sha256_of(folder / "manifest.json")
+
+
+def load_carried(folder, manifest, name):
+    """A module the check times with (roundstats.py, devicetiming.py), imported from its verified file."""
+    if name not in (manifest.get("files") or {}):
+        raise Stop(USAGE, "manifest.json does not list {}, which this check times with: package the artifact "
+                          "again".format(name))
+    spec = importlib.util.spec_from_file_location("vitexport_package_" + name[:-3], str(folder / name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_timing_arguments(args):
+    """Exit 2 on a timing flag out of range; fill in the budget and the warm-up's seconds."""
+    if args.warmup < 0 or (args.repeats is not None and args.repeats < 1):
+        raise Stop(USAGE, "--warmup must be >= 0 and --repeats >= 1")
+    if args.repeats is not None and args.budget_s is not None:
+        raise Stop(USAGE, "give --budget-s (seconds per case) or --repeats (runs per case), not both")
+    budget = DEFAULT_BUDGET_S if args.budget_s is None else args.budget_s
+    if not (0 < budget <= MAX_BUDGET_S):  # also NaN
+        raise Stop(USAGE, "--budget-s must be more than 0 and at most {:g} seconds".format(MAX_BUDGET_S))
+    args.budget_s = budget
+    if args.warmup_s is None:
+        args.warmup_s = 0.0 if args.repeats else min(1.0, budget / 4)
+    elif not (0 <= args.warmup_s <= MAX_BUDGET_S):
+        raise Stop(USAGE, "--warmup-s must be from 0 to {:g} seconds".format(MAX_BUDGET_S))
 
 
 def load_runner(folder, manifest):
@@ -208,31 +246,60 @@ def device_facts():
     return facts
 
 
-# --- running ------------------------------------------------------------------------------------------
+# --- timing, as vitexport bench times (devicetiming.py, with bench's statistics: roundstats.py) -------
 
-def timed_case(runner, case, warmup, repeats):
-    """Outputs on every row of the case, and the latency of its first run (after warm-up runs)."""
+def timed_case(runner, case, args, stats, rounds):
+    """Outputs on every row of the case, and its latency: a warm-up of at least --warmup runs and
+    --warmup-s seconds, then rounds of the first batch within --budget-s (or --repeats runs in all)."""
     import numpy as np
 
-    runs = list(batches(case["x"], case["batch"]))
-    first, _ = runs[0]
-    for _ in range(warmup):
+    parts = list(batches(case["x"], case["batch"]))
+    first = parts[0][0]
+    warm, start = 0, time.perf_counter()
+    while warm < max(1, args.warmup) or time.perf_counter() - start < args.warmup_s:
         runner.run(first)
-    times, outputs = [], None
-    for _ in range(max(1, repeats)):
-        start = time.perf_counter()
-        result = runner.run(first)
-        times.append((time.perf_counter() - start) * 1000.0)
-        result = [np.array(o, copy=True) for o in result]  # a runtime may reuse its output buffers
-        outputs = outputs if outputs is not None else result
-    deterministic = all(same(a, b) for a, b in zip(outputs, result))
-    pieces = [[o[:runs[0][1]] for o in outputs]]
-    for part, real in runs[1:]:
+        warm += 1
+    warmup_s = time.perf_counter() - start
+    if args.repeats:  # exactly this many runs, as older checks took it, spread over rounds
+        count = min(args.repeats, stats.MIN_ROUNDS)
+        quota = [args.repeats // count + (r < args.repeats % count) for r in range(count)]
+        burst_s = None
+    else:
+        count, quota = stats.round_count(args.budget_s), None
+        burst_s = args.budget_s / count
+    seen = {}
+    medians = []
+
+    def burst():
+        runs = quota[len(medians)] if quota else None
+        samples, began = [], time.perf_counter()
+        while not samples or (len(samples) < runs if runs else time.perf_counter() - began < burst_s):
+            t0 = time.perf_counter()
+            result = runner.run(first)
+            samples.append((time.perf_counter() - t0) * 1000.0)
+            if "first" not in seen:
+                seen["first"] = [np.array(o, copy=True) for o in result]  # a runtime may reuse its buffers
+            seen["last"] = result
+        return samples
+
+    samples, references = [], []
+    for _ in range(count):
+        timed, reference = rounds.run(burst)
+        samples += timed
+        medians.append(stats.median(timed))
+        references.append(reference)
+    outputs, last = seen["first"], [np.array(o, copy=True) for o in seen["last"]]
+    deterministic = all(same(a, b) for a, b in zip(outputs, last))
+    pieces = [[o[:parts[0][1]] for o in outputs]]
+    for part, real in parts[1:]:
         pieces.append([np.array(o[:real], copy=True) for o in runner.run(part)])
     joined = [np.concatenate([p[i] for p in pieces]) for i in range(len(pieces[0]))]
-    times.sort()
-    timing = {"batch": case["batch"], "runs": len(times), "warmup": warmup, "mean_ms": sum(times) / len(times),
-              "p50_ms": times[len(times) // 2], "min_ms": times[0]}
+    lat = stats.latency(samples)
+    timing = {"batch": case["batch"], "runs": len(samples), "warmup": warm, "warmup_s": warmup_s, "rounds": count,
+              "mean_ms": lat["mean"], "p50_ms": lat["p50"], "p90_ms": lat["p90"], "p99_ms": lat["p99"],
+              "min_ms": lat["min"], "max_ms": lat["max"],
+              "per_round": {"median_ms": medians, "reference_ms": references},
+              "spread": stats.relative_spread(medians)}
     return joined, timing, deterministic
 
 
@@ -276,16 +343,25 @@ def main(argv=None):
         raise Stop(USAGE, "manifest.json is not a vitexport package manifest ({})".format(MANIFEST_SCHEMA))
     count = verify_files(HERE, manifest)  # before anything of the package is read or run
     runner_module = load_runner(HERE, manifest)
+    stats = load_carried(HERE, manifest, STATS_FILE)
+    devicetiming = load_carried(HERE, manifest, TIMING_FILE)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", type=Path, default=HERE / "device-report.json",
                         help="where to write the report (default: device-report.json in this folder)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed runs before timing each case (default 3)")
-    parser.add_argument("--repeats", type=int, default=10, help="timed runs of each case's first batch (default 10)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="seconds of timed runs per case, in rounds of about {:g} s with the reference kernel "
+                             "between them (default {:g})".format(stats.BURST_S, DEFAULT_BUDGET_S))
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs before timing each case, at least "
+                                                              "(default 1)")
+    parser.add_argument("--warmup-s", type=float, default=None,
+                        help="seconds of untimed runs before timing each case, at least (default: a quarter of the "
+                             "budget, at most 1 s)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed runs of each case's first batch, in rounds, instead of a time budget")
     if hasattr(runner_module, "add_arguments"):
         runner_module.add_arguments(parser)
     args = parser.parse_args(argv)
-    if args.warmup < 0 or args.repeats < 1:
-        raise Stop(USAGE, "--warmup must be >= 0 and --repeats >= 1")
+    check_timing_arguments(args)
     try:
         import numpy  # noqa: F401
     except ImportError:
@@ -301,9 +377,10 @@ def main(argv=None):
     load_ms = (time.perf_counter() - start) * 1000.0
     tol = golden["tolerance"]
     results, timings, deterministic, lines = [], {}, True, []
+    rounds = devicetiming.Rounds(stats, devicetiming.Reference(stats))
     try:
         for case in cases:
-            outputs, timing, same = timed_case(runner, case, args.warmup, args.repeats)
+            outputs, timing, same = timed_case(runner, case, args, stats, rounds)
             deterministic = deterministic and same
             timings[case["name"]] = timing
             checks = []
@@ -327,9 +404,10 @@ def main(argv=None):
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "package": {"name": HERE.name, "manifest_sha256": manifest_digest(HERE), "target": manifest.get("target"),
                     "backend": manifest["artifact"]["backend"], "artifact": manifest["artifact"]["file"],
-                    "files_verified": count},
+                    "files_verified": count, "batches": sorted(set(c["batch"] for c in cases))},
         "device": facts,
-        "timings": {"load_ms": load_ms, "cases": timings},
+        "timings": {"budget_s": None if args.repeats else args.budget_s, "load_ms": load_ms, "cases": timings},
+        "conditions": devicetiming.conditions(stats, rounds, facts, getattr(args, "threads", None)),
         "deterministic": deterministic,
         "verdict": {"passed": passed, "tolerance": tol,
                     "failures": ["{} {}: {}".format(r["name"], c["output"], c["reason"])
@@ -342,6 +420,7 @@ def main(argv=None):
     where = ", ".join(str(facts[k]) for k in ("model", "runtime", "provider", "compute_units") if facts.get(k))
     print("{} on {}: {} files verified".format(manifest["artifact"]["file"], where or facts["os"], count))
     print("\n".join(lines))
+    print(devicetiming.describe_timing(report["timings"], report["conditions"]))
     print("{} (atol {:g}, rtol {:g}, min cosine {}); report: {}".format(
         "PASS" if passed else "FAIL", tol["atol"], tol["rtol"], tol["min_cosine"], args.report))
     print("send it back and judge it: vitexport verify --device-report device-report.json --package {}".format(

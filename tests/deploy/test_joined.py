@@ -127,10 +127,10 @@ def test_compare_and_report_show_bench_and_device_rows_in_one_table_and_page(onn
 
 
 def test_device_facts_reach_the_page_only_as_text(onnx_package, tmp_path):
-    path = write_report(onnx_package, "android", tmp_path)
+    path = write_report(onnx_package, "jetson", tmp_path)
     report = json.loads(path.read_text())
     report["device"]["model"] = "<script>alert(1)</script>"
-    report["conditions"]["android"]["thermal_status"] = "<img src=x onerror=alert(2)>"
+    report["conditions"]["jetson"]["power_mode"] = "<img src=x onerror=alert(2)>"
     path.write_text(json.dumps(report))
     text = html.render([("compare", merge([path], loader([onnx_package])))])
     assert "<script>alert" not in text and "<img src=x" not in text

@@ -1,6 +1,5 @@
-"""The parity check of an artifact against the model it was exported from, already loaded: run by the
-export pipeline after each build, and by `check_built` on an artifact built without it
-(`export(verify=False)`), which is how optimize checks only the candidates that could win.
+"""`check_built`: the parity check of an artifact built without it (`export(verify=False)`), in place,
+against the model already loaded: how optimize checks only the candidates that could win.
 May import vitexport.core, models, verify, the backend spec and the export room."""
 
 from __future__ import annotations
@@ -8,35 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vitexport.core.errors import NotCheckableHere, ParityError
-from vitexport.core.progress import Progress, ProgressLike, as_progress
-from vitexport.verify.parity import ParityReport, Tolerance
+from vitexport.core.errors import ParityError
+from vitexport.core.progress import ProgressLike, as_progress
 
 if TYPE_CHECKING:
-    from vitexport.backends.base import Backend
     from vitexport.export.pipeline import Gate
-    from vitexport.export.sidecar import ArtifactRecord
     from vitexport.models.sources import LoadedModel
-
-
-def parity_of(be: "Backend", loaded: "LoadedModel", path: Path, record: "ArtifactRecord", tol: Tolerance,
-              seed: int, images, max_batch: int, progress: Progress) -> tuple[ParityReport, str | None]:
-    """The artifact's parity report and the provider it ran on; a report that says why it was not
-    checked when it runs only elsewhere (an engine without a GPU) or holds an op the evaluator here
-    lacks: its static checks (lint) still run, the numbers wait for `vitexport verify` there."""
-    from vitexport.verify.checks import apply_lint, run_checks
-
-    here = be.runs_here_for(record)
-    reason = here.reason if not here.ok else None
-    if reason is None:
-        try:
-            return run_checks(loaded, be, path, record, tol, seed, images=images, max_batch=max_batch,
-                              progress=progress)
-        except NotCheckableHere as e:
-            reason = str(e)
-    report = ParityReport.not_checked(reason, tol, record.precision)
-    apply_lint(report, be.lint(path, record))
-    return report, None
 
 
 def check_built(path: str | Path, loaded: "LoadedModel", *, images=None, seed: int | None = None,
@@ -48,6 +24,7 @@ def check_built(path: str | Path, loaded: "LoadedModel", *, images=None, seed: i
     from vitexport import backends
     from vitexport.export import sidecar
     from vitexport.export.pipeline import damaged, integrity_problem, result_of, status_of, tolerance
+    from vitexport.verify.checks import parity_of
 
     path = Path(path)
     record = sidecar.read(path)

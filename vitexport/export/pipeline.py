@@ -144,7 +144,7 @@ class Job:
         return result
 
     def _check(self, path: Path, record: ArtifactRecord) -> tuple[ParityReport, str | None]:
-        from vitexport.export.checking import parity_of
+        from vitexport.verify.checks import parity_of
 
         tol = tolerance(self.be, record.precision, self.atol, self.rtol, self.gate)
         return parity_of(self.be, self.loaded, path, record, tol, self.seed, self.images, self.options.check_max_batch,

@@ -12,6 +12,9 @@ second run on the same model builds nothing.
 
 Each backend says what it offers through `Backend.candidates(target, ...)`, and each candidate names
 the bench target that times it, so a new runtime competes by declaring its candidates, nothing else.
+
+May import every room below the backend plug-ins (core, models, verify, the backend spec, export,
+bench, report) and matrix's cache keys; never a backend plug-in, the API or the CLI.
 """
 
 from __future__ import annotations

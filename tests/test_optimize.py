@@ -499,3 +499,27 @@ def test_an_interrupted_build_leaves_no_half_entry(tmp_path, monkeypatch):
     calls["exported"].clear()
     optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
     assert sorted(calls["exported"]) == ["fp32-slim", "int8-dynamic", "tiny-depth1-optimized"]
+
+
+def test_a_candidate_kept_more_in_float_after_failing_is_timed_again_before_it_is_picked(tmp_path, monkeypatch):
+    """int8 that fails its check is built again with more of it in float (the accuracy search), as an
+    export with its check does; the new artifact is timed again beside the others before the order
+    of speed is trusted, and a second run reuses it all."""
+    from vitexport.backends.onnx.options import OnnxOptions
+
+    calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0},
+                             failing={"int8-dynamic"})
+    refined = OnnxOptions(dynamic_batch=True, precision="int8", per_channel=False)
+    onnx = type(backends.get("onnx"))
+    monkeypatch.setattr(onnx, "refine", lambda self, loaded, options, path, record: None if options == refined
+                        else (refined, "int8 scales per tensor"))
+    result = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    rows = {r["candidate"]: r for r in result["candidates"]}
+    assert len(calls["timed"]) == 2 and calls["checked"] == ["int8-dynamic"]  # the refined one was checked as built
+    assert result["chosen"] == "int8-dynamic" and rows["int8-dynamic"]["refined"] is True
+    assert rows["int8-dynamic"]["options"]["per_channel"] is False and rows["fp32-slim"]["checked"] is False
+    assert sidecar.read(Path(result["artifact"])).options["per_channel"] is False
+    for kind in calls.values():
+        kind.clear()
+    again = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    assert calls == {"exported": [], "checked": [], "timed": []} and again["chosen"] == "int8-dynamic"

@@ -523,3 +523,16 @@ def test_a_candidate_kept_more_in_float_after_failing_is_timed_again_before_it_i
         kind.clear()
     again = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
     assert calls == {"exported": [], "checked": [], "timed": []} and again["chosen"] == "int8-dynamic"
+
+
+def test_the_command_passes_check_all_and_no_cache_through(tmp_path, monkeypatch):
+    asked = []
+
+    def run(spec, **kw):
+        asked.append(kw)
+        return {"target": "cpu", "candidates": [], "chosen": None, "runtimes": {}, "checked": []}
+
+    monkeypatch.setattr(optimizing, "optimize", run)
+    assert invoke("optimize", "--config", "tiny", "--out", tmp_path, "--json").exit_code == 0
+    assert invoke("optimize", "--config", "tiny", "--out", tmp_path, "--check-all", "--no-cache", "--json").exit_code == 0
+    assert [(kw["check_all"], kw["cache"]) for kw in asked] == [(False, True), (True, False)]

@@ -53,7 +53,7 @@ class Steps:
         key = self.build_key(row["backend"], options)
         row.update(passed=False, checked=False, artifact=None, parity=None, build_key=key)
         path = self.cache.built(key)
-        row["cached"] = path is not None
+        row["build_cached"] = path is not None
         if path is None:
             self.progress.step(f"candidate {row['candidate']}: building")
             try:
@@ -170,10 +170,16 @@ class Steps:
                 row["refined"] = True
                 return
         record = sidecar.read(path)
-        row.update(artifact=str(path), artifact_sha256=record.artifact_sha256, build_key=key, refined=True,
-                   options=record.options, retime=True, passed=True, checked=True, check="passed", reason=None,
+        row["refined"] = True
+        if record.status != "verified":  # built, but this machine cannot check it: never picked
+            row["reason"] += f"; kept more of it in float, it was not checked here: {record.status}"
+            return
+        row.update(artifact=str(path), artifact_sha256=record.artifact_sha256, build_key=key, options=record.options,
+                   retime=True, passed=True, checked=True, check="passed",
                    parity=record.parity.to_dict() if record.parity else None, provider=record.provider)
-        row.pop("by_batch", None)
+        row.pop("reason", None)
+        for stale in ("by_batch", "p50_ms", "speedup", "timing"):  # the speed of the artifact it replaces
+            row.pop(stale, None)
 
     # ------------------------------------------------------------------------------------ settle
 

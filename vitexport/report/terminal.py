@@ -411,8 +411,8 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         console.print(f"published {won[0]['candidate']}{at}: {artifact}", highlight=False, soft_wrap=True)
     built = [r for r in result["candidates"] if r.get("artifact")]
     if "checked" in result and len(result["checked"]) < len(built):
-        console.print(f"checked {len(result['checked'])} of {len(built)} candidates: the others are slower than "
-                      "the pick (--check-all checks every one)", highlight=False, soft_wrap=True)
+        console.print(f"checked {len(result['checked'])} of {len(built)} candidates, the fastest first; each row says "
+                      "why one was not (--check-all checks every one)", highlight=False, soft_wrap=True)
     if result.get("cache"):
         cache = result["cache"]
         console.print(f"cache {escape(cache['folder'])}: {cache['builds_reused']} built earlier, {cache['built']} "

@@ -39,7 +39,8 @@ def test_candidates_of_every_runtime_compete_and_the_fastest_is_published(tmp_pa
 
     asked, bench = [], bench_run.bench
     monkeypatch.setattr(bench_run, "bench", lambda *a, **kw: asked.append(kw) or bench(*a, **kw))
-    result = optimizing.optimize(TINY, images=IMAGES, budget_s=0.05, rounds=1, out_dir=tmp_path)
+    # Every candidate checked (--check-all), so every row has its verdict.
+    result = optimizing.optimize(TINY, images=IMAGES, budget_s=0.05, rounds=1, out_dir=tmp_path, check_all=True)
     # Candidates that cannot win stop taking turns once the A/B gate can tell (tests/bench/test_retire.py).
     assert [kw["retire_slower"] for kw in asked] == [optimizing.RETIRE_SLOWER]
     rows = {r["candidate"]: r for r in result["candidates"]}
@@ -217,7 +218,8 @@ def test_one_pick_at_every_batch_is_published_once(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("*-b*"))
     choice = sidecar.read(Path(result["artifact"])).info["optimize_choice"]
     assert choice["batches"] == [8, 1] and "at batch 8" in choice["why"] and "at batch 1" in choice["why"]
-    assert choice["others"] == {"fp32": "80 ms at batch 8; 20 ms at batch 1 in onnxruntime"}
+    assert choice["others"] == {"fp32": "not checked: slower than the pick (80 ms at batch 8; 20 ms at batch 1 in "
+                                        "onnxruntime)"}
 
 
 def test_a_candidate_built_but_not_checkable_here_is_never_picked(tmp_path, monkeypatch):
@@ -303,3 +305,234 @@ def test_the_command_times_with_the_libraries_budget():
 
     command = typer.main.get_command(app).commands["optimize"]
     assert next(p for p in command.params if p.name == "budget_s").default == optimizing.BUDGET_S
+
+
+# ----------------------------------------------------------------- time first, check in order of speed
+
+def latency(ms: float) -> dict[str, float]:
+    """Every statistic a bench row that ran has, all `ms` (a steady fake)."""
+    return {"p50": ms, "mean": ms, "std": 0.0, "min": ms, "max": ms, "p90": ms, "p99": ms}
+
+
+def three_candidates(monkeypatch, p50: dict[str, float], *, failing=(), untimed=()):
+    """ONNX Runtime's fp32, fp32-slim and int8-dynamic, 'timed' at the p50s given (a bench whose rows
+    are whole, so its timing is cached); the checks of `failing` fail, `untimed` crash in timing.
+    Returns what was exported, checked and timed, in order."""
+    from vitexport.backends.base import Candidate
+    from vitexport.backends.onnx.options import OnnxOptions
+    from vitexport.bench import run as bench_run
+    from vitexport.core.errors import ParityError
+    from vitexport.export import checking
+
+    calls = {"exported": [], "checked": [], "timed": []}
+    onnx = type(backends.get("onnx"))
+    monkeypatch.setattr(onnx, "candidates", lambda self, target, images: [
+        Candidate("fp32", OnnxOptions(dynamic_batch=True), "onnxruntime"),
+        Candidate("fp32-slim", OnnxOptions(dynamic_batch=True, optimize="slim", measure_gain=False), "onnxruntime"),
+        Candidate("int8-dynamic", OnnxOptions(dynamic_batch=True, precision="int8"), "onnxruntime")])
+    monkeypatch.setattr(onnx, "refine", lambda self, *a: None)  # a failed check is final here
+    export = onnx.export
+    monkeypatch.setattr(onnx, "export", lambda self, loaded, options, path, upstream: calls["exported"].append(
+        Path(path).stem) or export(self, loaded, options, path, upstream))
+    check_built = checking.check_built
+
+    def check(path, loaded, **kw):
+        calls["checked"].append(Path(path).stem)
+        result = check_built(path, loaded, **kw)
+        if Path(path).stem in failing:
+            raise ParityError("onnx artifact does not match PyTorch: top-1 agreement 0.2 < 0.9", result)
+        return result
+
+    monkeypatch.setattr(checking, "check_built", check)
+
+    def bench(model, timers, batches, artifacts, **kw):
+        calls["timed"].append(sorted(Path(a).stem for a in artifacts))
+        results = [{"backend": "onnxruntime", "artifact": Path(a).name, "batch_size": b, "provider": "CPU",
+                    "artifact_bytes": 1, **({"available": False, "reason": "worker died: signal 11"}
+                                            if Path(a).stem in untimed else
+                                            {"available": True, "latency_ms": latency(p50[Path(a).stem] * b)})}
+                   for b in batches for a in artifacts]
+        return {"results": results, "files": {}}
+
+    monkeypatch.setattr(bench_run, "bench", bench)
+    return calls
+
+
+def test_only_the_candidates_faster_than_the_first_that_passes_are_checked(tmp_path, monkeypatch):
+    """int8-dynamic is fastest but fails its check: fp32-slim, next in speed, passes and is the pick;
+    fp32, slower than the pick, is never checked, and the table, JSON and sidecar say so."""
+    calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0},
+                             failing={"int8-dynamic"})
+    result = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    rows = {r["candidate"]: r for r in result["candidates"]}
+    assert calls["checked"] == ["int8-dynamic", "fp32-slim"] and result["checked"] == ["fp32-slim", "int8-dynamic"]
+    assert result["chosen"] == "fp32-slim" and rows["fp32-slim"]["passed"] and rows["fp32-slim"]["checked"]
+    assert rows["int8-dynamic"]["checked"] and not rows["int8-dynamic"]["passed"]
+    assert rows["int8-dynamic"]["reason"].startswith("top-1 agreement 0.2")
+    assert rows["fp32"]["checked"] is False and rows["fp32"]["reason"] == "not checked: slower than the pick"
+    assert rows["fp32"]["p50_ms"] == 30.0 and rows["fp32"]["parity"] is None
+    choice = sidecar.read(Path(result["artifact"])).info["optimize_choice"]
+    assert choice["checked"] == ["fp32-slim", "int8-dynamic"]
+    assert choice["others"]["fp32"].startswith("not checked: slower than the pick")
+    assert choice["others"]["int8-dynamic"].startswith("failed its check")
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        emit_optimize(result, as_json=False)
+    assert any(line.strip().startswith("fp32 ") and "not checked: slower than the pick" in line
+               for line in table.getvalue().splitlines())
+    assert "checked 2 of 3 candidates" in table.getvalue()
+
+
+def test_check_all_checks_every_candidate_and_picks_the_same(tmp_path, monkeypatch):
+    p50 = {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0}
+    calls = three_candidates(monkeypatch, p50, failing={"int8-dynamic"})
+    result = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path, check_all=True)
+    assert sorted(calls["checked"]) == sorted(p50) and result["check_all"] is True
+    assert result["chosen"] == "fp32-slim" and all(r["checked"] for r in result["candidates"])
+
+
+def test_each_batch_checks_in_its_own_order_and_a_candidate_is_checked_once(tmp_path, monkeypatch):
+    from vitexport.bench import run as bench_run
+
+    calls = three_candidates(monkeypatch, {})
+    order = {1: {"fp32": 10.0, "fp32-slim": 20.0, "int8-dynamic": 30.0},
+             8: {"fp32": 90.0, "fp32-slim": 80.0, "int8-dynamic": 40.0}}
+    monkeypatch.setattr(bench_run, "bench", lambda model, timers, batches, artifacts, **kw: {"files": {}, "results": [
+        {"backend": "onnxruntime", "artifact": Path(a).name, "batch_size": b, "available": True,
+         "latency_ms": latency(order[b][Path(a).stem])} for b in batches for a in artifacts]})
+    result = optimizing.optimize(TINY, only=["onnx"], batches=[1, 8, 1], out_dir=tmp_path)
+    assert calls["checked"] == ["fp32", "int8-dynamic"]
+    assert [(p["batch"], p["candidate"]) for p in result["picks"]] == [(1, "fp32"), (8, "int8-dynamic")]
+
+
+def test_a_candidate_that_cannot_be_built_or_timed_is_listed_and_the_next_is_picked(tmp_path, monkeypatch):
+    from vitexport.core.errors import ExportError
+
+    three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0}, untimed={"int8-dynamic"})
+    onnx = type(backends.get("onnx"))
+    export = onnx.export
+
+    def failing(self, loaded, options, path, upstream):
+        if Path(path).stem == "fp32-slim":
+            raise ExportError("onnx export failed: RuntimeError: unsupported op")
+        return export(self, loaded, options, path, upstream)
+
+    monkeypatch.setattr(onnx, "export", failing)
+    result = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    rows = {r["candidate"]: r for r in result["candidates"]}
+    assert result["chosen"] == "fp32" and result["checked"] == ["fp32"]
+    assert rows["fp32-slim"]["reason"] == "not built: onnx export failed: RuntimeError: unsupported op"
+    assert rows["fp32-slim"]["artifact"] is None and not rows["fp32-slim"]["checked"]
+    assert rows["int8-dynamic"]["reason"] == "not checked: not timed: worker died: signal 11"
+    assert not list((tmp_path / "candidates" / "builds").glob(".vitexport-*"))  # the failed build left nothing
+
+
+# -------------------------------------------------------------------------------------------- cache
+
+def entries(out: Path) -> dict[str, Path]:
+    """Each cached build's label -> its folder."""
+    return {json.loads((d / "entry.json").read_text())["label"]: d
+            for d in (out / "candidates" / "builds").iterdir() if not d.name.startswith(".")}
+
+
+def test_a_second_run_builds_checks_and_times_nothing(tmp_path, monkeypatch):
+    calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0})
+    first = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    assert sorted(calls["exported"]) == ["fp32", "fp32-slim", "int8-dynamic", "tiny-depth1-optimized"]
+    for kind in calls.values():
+        kind.clear()
+    second = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    assert calls == {"exported": [], "checked": [], "timed": []}  # publishing reused the published pick too
+    assert (second["chosen"], second["artifact"]) == (first["chosen"], first["artifact"])
+    assert {k: second["cache"][k] for k in ("builds_reused", "built", "checks_reused", "timings_reused")} == {
+        "builds_reused": 3, "built": 0, "checks_reused": 1, "timings_reused": 1}
+    assert sidecar.read(Path(second["artifact"])).info["optimize_choice"]["chosen"] == "int8-dynamic"
+    optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path, cache=False)  # --no-cache: everything again
+    assert len(calls["exported"]) == 4 and calls["checked"] == ["int8-dynamic"] and len(calls["timed"]) == 1
+
+
+def test_another_model_or_other_options_are_built_again(tmp_path, monkeypatch):
+    calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0})
+    optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    calls["exported"].clear()
+    other = SourceSpec("tiny", overrides={"depth": 1}, seed=1)  # other weights, same shapes
+    optimizing.optimize(other, only=["onnx"], out_dir=tmp_path, seed=1)
+    assert sorted(calls["exported"]) == ["fp32", "fp32-slim", "int8-dynamic", "tiny-depth1-seed1-optimized"]
+    assert len(list((tmp_path / "candidates" / "builds").iterdir())) == 6
+
+
+def test_a_damaged_cache_entry_is_built_again_not_trusted(tmp_path, monkeypatch):
+    from vitexport.optimize.cache import intact
+
+    calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0})
+    optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    found = entries(tmp_path)
+    with open(found["int8-dynamic"] / "int8-dynamic.onnx", "ab") as f:  # its bytes no longer its sha256
+        f.write(b"\0")
+    (found["fp32"] / "entry.json").write_text('{"schema": "vitexport.optimize-cache/1", "kind": "build"')
+    calls["exported"].clear()
+    result = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    assert sorted(calls["exported"]) == ["fp32", "int8-dynamic"]
+    assert result["cache"]["builds_reused"] == 1 and result["chosen"] == "int8-dynamic"
+    rebuilt = {r["candidate"]: r for r in result["candidates"]}["int8-dynamic"]
+    assert intact(Path(rebuilt["artifact"]), rebuilt["artifact_sha256"])
+
+
+def test_an_interrupted_build_leaves_no_half_entry(tmp_path, monkeypatch):
+    calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0})
+    onnx = type(backends.get("onnx"))
+    export = onnx.export
+
+    def interrupted(self, loaded, options, path, upstream):
+        if Path(path).stem == "fp32-slim":
+            Path(path).write_bytes(b"half a graph")
+            raise KeyboardInterrupt
+        return export(self, loaded, options, path, upstream)
+
+    monkeypatch.setattr(onnx, "export", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    builds = tmp_path / "candidates" / "builds"
+    assert [p.name for p in builds.iterdir() if p.name.startswith(".")] == []
+    assert list(entries(tmp_path)) == ["fp32"] and all((d / "entry.json").is_file() for d in builds.iterdir())
+    monkeypatch.setattr(onnx, "export", export)
+    calls["exported"].clear()
+    optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    assert sorted(calls["exported"]) == ["fp32-slim", "int8-dynamic", "tiny-depth1-optimized"]
+
+
+def test_a_candidate_kept_more_in_float_after_failing_is_timed_again_before_it_is_picked(tmp_path, monkeypatch):
+    """int8 that fails its check is built again with more of it in float (the accuracy search), as an
+    export with its check does; the new artifact is timed again beside the others before the order
+    of speed is trusted, and a second run reuses it all."""
+    from vitexport.backends.onnx.options import OnnxOptions
+
+    calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0},
+                             failing={"int8-dynamic"})
+    refined = OnnxOptions(dynamic_batch=True, precision="int8", per_channel=False)
+    onnx = type(backends.get("onnx"))
+    monkeypatch.setattr(onnx, "refine", lambda self, loaded, options, path, record: None if options == refined
+                        else (refined, "int8 scales per tensor"))
+    result = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    rows = {r["candidate"]: r for r in result["candidates"]}
+    assert len(calls["timed"]) == 2 and calls["checked"] == ["int8-dynamic"]  # the refined one was checked as built
+    assert result["chosen"] == "int8-dynamic" and rows["int8-dynamic"]["refined"] is True
+    assert rows["int8-dynamic"]["options"]["per_channel"] is False and rows["fp32-slim"]["checked"] is False
+    assert sidecar.read(Path(result["artifact"])).options["per_channel"] is False
+    for kind in calls.values():
+        kind.clear()
+    again = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    assert calls == {"exported": [], "checked": [], "timed": []} and again["chosen"] == "int8-dynamic"
+
+
+def test_the_command_passes_check_all_and_no_cache_through(tmp_path, monkeypatch):
+    asked = []
+
+    def run(spec, **kw):
+        asked.append(kw)
+        return {"target": "cpu", "candidates": [], "chosen": None, "runtimes": {}, "checked": []}
+
+    monkeypatch.setattr(optimizing, "optimize", run)
+    assert invoke("optimize", "--config", "tiny", "--out", tmp_path, "--json").exit_code == 0
+    assert invoke("optimize", "--config", "tiny", "--out", tmp_path, "--check-all", "--no-cache", "--json").exit_code == 0
+    assert [(kw["check_all"], kw["cache"]) for kw in asked] == [(False, True), (True, False)]

@@ -161,11 +161,17 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
                  help="Seconds of timed runs per candidate and batch.")] = 3.0,  # optimize.BUDGET_S
              thorough: Annotated[bool, typer.Option(
                  "--thorough", help="Also build the candidates that take minutes (ExecuTorch XNNPACK int8).")] = False,
+             check_all: Annotated[bool, typer.Option(
+                 "--check-all", help="Check every candidate, not only those faster than the first that passes "
+                 "(the pick is the same).")] = False,
+             no_cache: Annotated[bool, typer.Option(
+                 "--no-cache", help="Reuse nothing built, checked or timed by earlier runs in OUT/candidates "
+                 "(what this run makes replaces it).")] = False,
              out: OutOpt = Path("vitexport-out"), name: NameOpt = None, as_json: JsonOpt = False,
              quiet: QuietOpt = False) -> None:
     """Build every runtime's candidates for the target (ONNX Runtime fp32, optimised, int8, fp16 on a GPU;
-    OpenVINO fp32, bf16, int8 on a CPU), verify each, time them side by side, and publish the fastest
-    that passes its accuracy gate."""
+    OpenVINO fp32, bf16, int8 on a CPU), time them side by side, check them in order of speed until one
+    passes its accuracy gate, and publish it."""
     from vitexport import api
     from vitexport.optimize import optimize as run
     from vitexport.report.terminal import emit_optimize
@@ -175,7 +181,7 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
         result = run(spec, target=target, images=images, calibration_images=calibration_images,
                      gate=api.Gate(min_top1_agreement, max_accuracy_drop), batches=_fixed_batches(batch), out_dir=out,
                      name=name, seed=seed, threads=threads, budget_s=budget_s, thorough=thorough,
-                     progress=progress)
+                     check_all=check_all, cache=not no_cache, progress=progress)
     emit_optimize(result, as_json)
 
 

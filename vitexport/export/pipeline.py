@@ -14,7 +14,6 @@ from vitexport.backends.base import Backend, ExportOptions, RunOptions, Upstream
 from vitexport.core.errors import (
     BackendUnavailable,
     ExportError,
-    NotCheckableHere,
     ParityError,
     RegressionError,
     RuntimeFailure,
@@ -145,23 +144,11 @@ class Job:
         return result
 
     def _check(self, path: Path, record: ArtifactRecord) -> tuple[ParityReport, str | None]:
-        from vitexport.verify.checks import apply_lint, run_checks
+        from vitexport.verify.checks import parity_of
 
         tol = tolerance(self.be, record.precision, self.atol, self.rtol, self.gate)
-        here = self.be.runs_here_for(record)
-        if not here.ok:
-            # Built here but runnable only elsewhere (an engine without a GPU): the static checks
-            # still run; the numbers wait for `vitexport verify` on the target.
-            report = ParityReport.not_checked(here.reason, tol, record.precision)
-            apply_lint(report, self.be.lint(path, record))
-            return report, None
-        try:
-            return run_checks(self.loaded, self.be, path, record, tol, self.seed, images=self.images,
-                              max_batch=self.options.check_max_batch, progress=self.progress)
-        except NotCheckableHere as e:  # it runs, but not here (an op the Core ML evaluator lacks)
-            report = ParityReport.not_checked(str(e), tol, record.precision)
-            apply_lint(report, self.be.lint(path, record))
-            return report, None
+        return parity_of(self.be, self.loaded, path, record, tol, self.seed, self.images, self.options.check_max_batch,
+                         self.progress)
 
     def _upstream(self) -> Upstream:
         """The verified artifact this backend builds from: reused from the output folder when its

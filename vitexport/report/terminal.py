@@ -388,11 +388,12 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         verdict = ("[bold green]chosen[/bold green]" + (" at " + ", ".join(f"b{b}" for b in won) if several else "")
                    if won else "[green]passed[/green]" + (" (timing stopped early)" if stopped else "")
                    if row["passed"] else f"[yellow]unchecked[/yellow] {escape(parity['skipped'])[:60]}"
-                   if parity.get("skipped") else f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
+                   if parity.get("skipped") else f"[dim]{escape(row.get('reason', ''))[:60]}[/dim]"
+                   if row.get("checked") is False else f"[red]failed[/red] {escape(row.get('reason', ''))[:60]}")
         table.add_row(row["candidate"], row.get("runtime", ""),
                       *[cell for _, s in speeds(row) for cell in (fmt(s.get("p50_ms")),
                                                                   f"{s['speedup']:.2f}x" if s.get("speedup") else "")],
-                      f"{parity.get('cosine_similarity', float('nan')):.6f}",
+                      f"{parity['cosine_similarity']:.6f}" if parity.get("cosine_similarity") is not None else "",
                       agreement(images),
                       f"{100 * accuracy:.2f}%" if accuracy is not None else "",
                       f"{row['bytes'] / 1e6:.1f}" if row.get("bytes") else "", verdict)
@@ -415,6 +416,15 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
         won = [p for p in picks if p["artifact"] == artifact]
         at = f" (fastest at batch {', '.join(str(p['batch']) for p in won)})" if several else ""
         console.print(f"published {won[0]['candidate']}{at}: {artifact}", highlight=False, soft_wrap=True)
+    built = [r for r in result["candidates"] if r.get("artifact")]
+    if "checked" in result and len(result["checked"]) < len(built):
+        console.print(f"checked {len(result['checked'])} of {len(built)} candidates, the fastest first; each row says "
+                      "why one was not (--check-all checks every one)", highlight=False, soft_wrap=True)
+    if result.get("cache"):
+        cache = result["cache"]
+        console.print(f"cache {escape(cache['folder'])}: {cache['builds_reused']} built earlier, {cache['built']} "
+                      f"built now; {cache['checks_reused']} checks and {cache['timings_reused']} timings reused "
+                      "(--no-cache rebuilds)", highlight=False, soft_wrap=True)
     note = left_out(result["bench"]) if result.get("bench") else None
     if note:  # its bench report's PNG
         stderr_console().print(f"note: {escape(note)}", highlight=False, soft_wrap=True)

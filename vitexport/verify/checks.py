@@ -64,6 +64,26 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
     return report, provider
 
 
+def parity_of(be: "Backend", loaded: "LoadedModel", path: Path, record: "ArtifactRecord", tol: Tolerance,
+              seed: int, images, max_batch: int, progress: ProgressLike) -> tuple[ParityReport, str | None]:
+    """The artifact's parity report and the provider it ran on; a report that says why it was not
+    checked when it runs only elsewhere (an engine without a GPU) or holds an op the evaluator here
+    lacks: its static checks (lint) still run, the numbers wait for `vitexport verify` there."""
+    from vitexport.core.errors import NotCheckableHere
+
+    here = be.runs_here_for(record)
+    reason = here.reason if not here.ok else None
+    if reason is None:
+        try:
+            return run_checks(loaded, be, path, record, tol, seed, images=images, max_batch=max_batch,
+                              progress=progress)
+        except NotCheckableHere as e:
+            reason = str(e)
+    report = ParityReport.not_checked(reason, tol, record.precision)
+    apply_lint(report, be.lint(path, record))
+    return report, None
+
+
 def reference_outputs(loaded: "LoadedModel", reference, in_name: str, x: "np.ndarray") -> dict[str, "np.ndarray"]:
     """PyTorch's outputs for `x`, computed once per loaded model and input (the model is in eval mode
     and never changed by an export, so the same input gives the same outputs)."""

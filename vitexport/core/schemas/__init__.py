@@ -3,7 +3,8 @@
 and nesting. The first problem becomes one UsageError (exit 2) naming the file and the field path:
 `report.json: results[3].verification.cosine_similarity: 1e+308 is not within [-1, 1]`.
 
-The models (`fields`, `bench` with `profile`, `artifact`, `deploy`, `matrix`) import pydantic, so they are imported
+The models (`fields`, `bench` with `profile`, `artifact`, `deploy`, `matrix`, `optimize`) import pydantic, so they
+are imported
 only when a file is read: `vitexport --help` never loads them. `publish` writes their JSON Schemas
 into the manual. May import only vitexport.core."""
 
@@ -26,6 +27,9 @@ SCHEMAS: dict[str, tuple[str, str, str]] = {
     "matrix-export-record": ("matrix", "ExportRecord", "a matrix cache record of one export"),
     "matrix-timing-record": ("matrix", "TimingRecord", "a matrix cache record of one timing"),
     "matrix-plan": ("matrix", "Plan", "a matrix plan (TOML, shown as the JSON it parses to)"),
+    "optimize-build-record": ("optimize", "BuildRecord", "an optimize cache record of one built candidate"),
+    "optimize-check-record": ("optimize", "CheckRecord", "an optimize cache record of one candidate's check"),
+    "optimize-timing-record": ("optimize", "TimingRecord", "an optimize cache record of one timing"),
 }
 
 

@@ -3,9 +3,8 @@
 and nesting. The first problem becomes one UsageError (exit 2) naming the file and the field path:
 `report.json: results[3].verification.cosine_similarity: 1e+308 is not within [-1, 1]`.
 
-The models (`fields`, `bench` with `profile`, `artifact`, `deploy`, `matrix`, `optimize`) import pydantic, so they
-are imported
-only when a file is read: `vitexport --help` never loads them. `publish` writes their JSON Schemas
+The models (`fields`, `bench` with `profile`, `artifact`, `deploy`, `matrix`, `optimize`) import
+pydantic, so they are imported only when a file is read: `vitexport --help` never loads them. `publish` writes their JSON Schemas
 into the manual. May import only vitexport.core."""
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def ort_default_int8(fp32: Path) -> Path:
     from onnxruntime.quantization import quantize_dynamic
 
     from vitexport.backends.onnx_common.quantize import quiet_quantizer
-    from vitexport.core.environment import atomic_path
+    from vitexport.core.writer import atomic_path
 
     out = fp32.with_name(f"{fp32.stem}-ort-default-int8.onnx")
     if not fresh(out, fp32):
@@ -511,7 +511,7 @@ def main() -> None:
     from vitexport.bench.fingerprint import cpu_features, fingerprint
     from vitexport.bench.roofline import GEMM_BURSTS, basis_for
     from vitexport.bench.rounds import Rounds
-    from vitexport.core.environment import write_atomic
+    from vitexport.core.writer import write_atomic
     from vitexport.core.progress import Lines
     from vitexport.models.presets import get_preset
     from vitexport.models.sources import SourceSpec, load

@@ -486,8 +486,10 @@ def commands(args) -> list[str]:
             f"vitexport executorch --config {cfg} --dynamic-batch --precision int8 -o {d}",
             f"vitexport openvino --config {cfg} --dynamic-batch --precision int8 --calibration-images samples/images "
             f"-o {d}",
-            # Each batch's pick, published as NAME-optimized (batch 1) and NAME-optimized-b8 where they differ.
-            f"vitexport optimize --config {cfg} --images samples/images --thorough --batch 1 --batch 8 -o {d}/optimize",
+            # Each batch's pick, published as NAME-optimized (batch 1) and NAME-optimized-b8 where they differ;
+            # listed only when picks were given (a run without them made none).
+            *([f"vitexport optimize --config {cfg} --images samples/images --thorough --batch 1 --batch 8 "
+               f"-o {d}/optimize"] if args.vitexport_artifact else []),
             "python benchmarks/peers.py " + shlex.join(sys.argv[1:])]
 
 

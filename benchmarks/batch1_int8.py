@@ -119,7 +119,8 @@ def profile_ort(path: str, batch: int, shape: list, threads: int, runs: int) -> 
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] >= first:
             op = e["args"].get("op_name", "?")
             totals[(op, e["args"].get("provider", ""), op_class(op, e["name"]))] += e["dur"] / 1e6
-    rows = [{"op": t, "kernel": k, "class": c, "ms_per_image": 1e3 * s / runs / batch} for (t, k, c), s in totals.items()]
+    rows = [{"op": t, "kernel": k, "class": c, "ms_per_image": 1e3 * s / runs / batch}
+            for (t, k, c), s in totals.items()]
     return {"wall_ms_per_image": 1e3 * float(np.median(walls[3:])) / batch, "ops": rows}
 
 
@@ -190,8 +191,10 @@ def save(openvino, model, out: Path) -> None:
     os.replace(tmp, out)  # the .xml last: it says the pair is complete
 
 
-def attempts(ir: str, pinned: dict, attention_ir: str | None, weights_ir: str | None) -> list[tuple]:
-    """(number, label, path, compile settings, static batch) for every attempt, the current pick first."""
+def attempts(ir: str, pinned: dict, attention_ir: str | None, weights_ir: str | None,
+             only: list[str] = ()) -> list[tuple]:
+    """(number, label, path, compile settings, static batch) for every attempt (those `only` names, when
+    it names any), the current pick first."""
     f32 = {**pinned, "INFERENCE_PRECISION_HINT": "f32"}
     found = [("A0", "vitexport OpenVINO int8 as its sidecar pins it (the current pick)", ir, pinned, False),
              ("A1", "the same IR, batch made static at each batch", ir, pinned, True),
@@ -204,7 +207,7 @@ def attempts(ir: str, pinned: dict, attention_ir: str | None, weights_ir: str | 
     if weights_ir:
         found.append(("A6", "int8 weights only, activations quantised at run time (group 32)", weights_ir,
                       {**pinned, "DYNAMIC_QUANTIZATION_GROUP_SIZE": 32}, False))
-    return found
+    return [a for a in found if not only or a[0] == "A0" or a[0] in only]
 
 
 # ------------------------------------------------------------------------------------------- main
@@ -212,9 +215,10 @@ def attempts(ir: str, pinned: dict, attention_ir: str | None, weights_ir: str | 
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--profile-job":
         job = json.loads(sys.argv[2])
-        result = (profile_ort(job["path"], job["batch"], job["shape"], job["threads"], job["runs"]) if job["kind"] == "ort" else
-                  profile_openvino(job["path"], job["batch"], job["shape"], job["config"], job["threads"],
-                                   job["runs"], job["static"]))
+        result = (profile_ort(job["path"], job["batch"], job["shape"], job["threads"], job["runs"])
+                  if job["kind"] == "ort" else
+                  profile_openvino(job["path"], job["batch"], job["shape"], job["config"], job["threads"], job["runs"],
+                                   job["static"]))
         print(json.dumps(result))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -226,6 +230,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
     parser.add_argument("--name", default="batch1-int8")
+    parser.add_argument("--only", nargs="+", default=[], metavar="A1",
+                        help="time only these attempts beside the current IR (A0) and the peer")
     args = parser.parse_args()
 
     from vitexport.backends.onnx.options import OnnxOptions
@@ -263,13 +269,14 @@ def main() -> None:
         profiles[f"ort {b}"] = profile_in_child("ort", str(peer), b, list(loaded.input_shape), {}, args.threads)
 
     shape = list(loaded.input_shape)
-    for number, _, path, config, static in attempts(str(ir), pinned, str(attention_ir), str(weights_ir)):
+    tried = attempts(str(ir), pinned, str(attention_ir), str(weights_ir), args.only)
+    for number, _, path, config, static in tried:
         profiles[f"{number} {args.batches[0]}"] = profile_in_child("openvino", path, args.batches[0], shape, config,
                                                                    args.threads, static)
     rows = [peers.Row("1", "PyTorch eager", "PyTorch", "fp32", "eager"),
             peers.Row("P", "ONNX Runtime quantize_dynamic defaults", "ONNX Runtime", "int8", "ort", path=str(peer))]
     settings = {}
-    for number, label, path, config, static in attempts(str(ir), pinned, str(attention_ir), str(weights_ir)):
+    for number, label, path, config, static in tried:
         rows.append(peers.Row(number, label, "vitexport + OpenVINO", "int8", "openvino-config", path=path))
         settings[number] = {"config": config, "static_batch": static}
     job = {"spec": spec.to_dict(), "input_shape": list(loaded.input_shape), "preprocessing": loaded.preprocessing,
@@ -364,7 +371,8 @@ def markdown(result: dict) -> str:
                   "|---|" + "---|" * (len(batches) + (batches[:2] == ["1", "8"]))]
         for c in classes + ["all operators", "wall time"]:
             vals = [(by_class(p).get(c, 0.0) if c not in ("all operators", "wall time") else
-                     sum(by_class(p).values()) if c == "all operators" else p["wall_ms_per_image"]) for p in profs.values()]
+                     sum(by_class(p).values()) if c == "all operators" else p["wall_ms_per_image"])
+                    for p in profs.values()]
             diff = f" {vals[0] - vals[1]:+.2f} |" if batches[:2] == ["1", "8"] else ""
             lines.append(f"| {c} | " + " | ".join(f"{v:.2f}" for v in vals) + " |" + diff)
         top = sorted(profs[batches[0]]["ops"], key=lambda o: -o["ms_per_image"])[:8]
@@ -376,7 +384,8 @@ def markdown(result: dict) -> str:
         classes = sorted({c for a in shown for c in by_class(result["profiles"][f"{a['number']} {first}"])})
         lines += [f"**Each attempt at batch {first}, OpenVINO's performance counters (ms per image, profiled one "
                   "after another, not interleaved: compare shares more than times)**", "",
-                  "| attempt | " + " | ".join(classes) + " | all operators | wall |", "|---|" + "---|" * (len(classes) + 2)]
+                  "| attempt | " + " | ".join(classes) + " | all operators | wall |",
+                  "|---|" + "---|" * (len(classes) + 2)]
         for a in shown:
             p = result["profiles"][f"{a['number']} {first}"]
             cls = by_class(p)

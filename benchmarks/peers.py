@@ -95,7 +95,7 @@ def ort_default_int8(fp32: Path) -> Path:
     from onnxruntime.quantization import quantize_dynamic
 
     from vitexport.backends.onnx_common.quantize import quiet_quantizer
-    from vitexport.core.environment import atomic_path
+    from vitexport.core.writer import atomic_path
 
     out = fp32.with_name(f"{fp32.stem}-ort-default-int8.onnx")
     if not fresh(out, fp32):
@@ -486,8 +486,10 @@ def commands(args) -> list[str]:
             f"vitexport executorch --config {cfg} --dynamic-batch --precision int8 -o {d}",
             f"vitexport openvino --config {cfg} --dynamic-batch --precision int8 --calibration-images samples/images "
             f"-o {d}",
-            # Each batch's pick, published as NAME-optimized (batch 1) and NAME-optimized-b8 where they differ.
-            f"vitexport optimize --config {cfg} --images samples/images --thorough --batch 1 --batch 8 -o {d}/optimize",
+            # Each batch's pick, published as NAME-optimized (batch 1) and NAME-optimized-b8 where they differ;
+            # listed only when picks were given (a run without them made none).
+            *([f"vitexport optimize --config {cfg} --images samples/images --thorough --batch 1 --batch 8 "
+               f"-o {d}/optimize"] if args.vitexport_artifact else []),
             "python benchmarks/peers.py " + shlex.join(sys.argv[1:])]
 
 
@@ -511,7 +513,7 @@ def main() -> None:
     from vitexport.bench.fingerprint import cpu_features, fingerprint
     from vitexport.bench.roofline import GEMM_BURSTS, basis_for
     from vitexport.bench.rounds import Rounds
-    from vitexport.core.environment import write_atomic
+    from vitexport.core.writer import write_atomic
     from vitexport.core.progress import Lines
     from vitexport.models.presets import get_preset
     from vitexport.models.sources import SourceSpec, load

@@ -100,6 +100,33 @@ def openvino_default(job: dict, threads: int) -> tuple[Call, str]:
     return (lambda x: np.array(request.infer({0: x})[0])), label
 
 
+def openvino_config(job: dict, threads: int) -> tuple[Call, str]:
+    """An IR compiled with the settings `job["config"]` names (beside the thread count), its batch made
+    static at each batch it is called with when `job["static_batch"]`: one attempt of batch1_int8.py."""
+    import numpy as np
+    import openvino
+
+    from vitexport.backends.openvino.devices import ran
+
+    core = openvino.Core()
+    config = {"INFERENCE_NUM_THREADS": threads, **job.get("config", {})}
+    compiled: dict[int | None, object] = {}
+
+    def request_for(batch: int):
+        key = batch if job.get("static_batch") else None
+        if key not in compiled:
+            model = core.read_model(job["path"])
+            if key is not None:
+                model.reshape([key, *job["input_shape"][1:]])
+            compiled[key] = core.compile_model(model, "CPU", config).create_infer_request()
+        return compiled[key]
+
+    probe = core.compile_model(core.read_model(job["path"]), "CPU", config)
+    label = f"openvino-CPU-int8+{ran(probe)}" + (" static batch" if job.get("static_batch") else "")
+    del probe
+    return (lambda x: np.array(request_for(len(x)).infer({0: x})[0])), label
+
+
 def sidecar_artifact(job: dict, threads: int) -> tuple[Call, str]:
     """A vitexport artifact, loaded and run as its sidecar pins it (as `vitexport bench` does)."""
     from vitexport import backends
@@ -116,7 +143,7 @@ def sidecar_artifact(job: dict, threads: int) -> tuple[Call, str]:
 
 
 KERNELS = {"eager": eager, "compile": compiled, "torchao": compiled, "ort": ort, "openvino-default": openvino_default,
-           "sidecar": sidecar_artifact}
+           "openvino-config": openvino_config, "sidecar": sidecar_artifact}
 
 
 class PeerKernel:

@@ -140,9 +140,24 @@ def optimum_skip() -> str:
             "a vitexport preset is its own ViT module, which it cannot take")
 
 
+# Rows left out by --rows (None: every row). Rows 1 and 2 are always kept: PyTorch eager's outputs are
+# the reference of every row's accuracy, the int8 peers are made from ONNX Runtime fp32's file and every
+# row's speed-up is measured against it.
+CHOSEN: set[str] | None = None
+LEFT_OUT = "left out of this run (--rows)"
+
+
+def chosen(number: str) -> bool:
+    return CHOSEN is None or number in CHOSEN or number in ("1", "2")
+
+
 def built(rows: list[Row], number: str, label: str, tool: str, precision: str, how: str, make) -> Row:
     """A row whose artifact `make()` returns (None: the row needs none); its reason when that fails."""
     row = Row(number, label, tool, precision, how)
+    if not chosen(number):  # nothing is built for a row this run leaves out
+        row.skipped = LEFT_OUT
+        rows.append(row)
+        return row
     try:
         path = make()
         row.path = str(path) if path else None
@@ -202,6 +217,9 @@ def build(args, spec, loaded, calibration, progress) -> list[Row]:
         except Exception as e:
             rows.append(Row(f"9.{i}", f"vitexport pick: {Path(path).name}", "vitexport", "?", "sidecar",
                             skipped=f"no readable sidecar: {why(e)}"))
+    for row in rows:  # the rows that need no build of their own (PyTorch, torch.compile, torchao, 9.0)
+        if not chosen(row.number) and not row.skipped:
+            row.skipped = LEFT_OUT
     return rows
 
 
@@ -507,7 +525,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
     parser.add_argument("--name", default="peers", help="the results files' stem (one per machine kind)")
+    parser.add_argument("--rows", nargs="+", metavar="N",
+                        help="time only these rows (their numbers: 3 4 9 9.1 ...; rows 1 and 2 are always kept)")
     args = parser.parse_args()
+    global CHOSEN
+    CHOSEN = set(args.rows) if args.rows else None
 
     from vitexport.bench.conditions import summary as conditions
     from vitexport.bench.fingerprint import cpu_features, fingerprint

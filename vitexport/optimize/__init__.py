@@ -38,6 +38,11 @@ TARGETS = ("cpu", "cuda")
 # stops taking turns once the gate can say so: it cannot win, and timing it further buys nothing.
 ROUNDS = 12
 RETIRE_SLOWER = 1.10
+# And a candidate beyond twice the fastest in each of the first two rounds (the fp32 rows beside the int8
+# ones: 2.5-3x on a Zen 4) stops at once. Twice, because on a shared 2-vCPU machine one runtime's
+# timings can move by up to 45 % for tens of seconds while another's do not: a screen tighter than
+# that could stop a winner.
+RETIRE_SCREEN = 2.0
 # Seconds of timed runs per candidate: twelve bursts of bench's standard length (bench.session.BURST_S),
 # short enough that the two sides of a pair see the same phase of a noisy machine.
 BUDGET_S = 3.0
@@ -109,7 +114,8 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
                      "precision": candidate.options.precision, "options": options.to_dict()})
     steps.build_all(rows, planned)
     timing = {"threads": threads, "warmup_iters": WARMUP_ITERS, "warmup_s": min(WARMUP_S, budget_s),
-              "budget_s": budget_s, "rounds": rounds, "retire_slower": RETIRE_SLOWER}
+              "budget_s": budget_s, "rounds": rounds, "retire_slower": RETIRE_SLOWER,
+              "retire_screen": RETIRE_SCREEN}
     report = steps.settle(rows, timing, check_all)
     # The fastest at each batch: which one wins can change with the batch (one runtime's kernels
     # gain more from a larger batch than another's), so each batch's pick is published.

@@ -22,10 +22,12 @@ def adopt(candidate: Path, out: Path, name: str, *, loaded, images, seed: int, g
     None when it cannot be published that way (not renamable, or the copy did not pass: the caller
     exports it again, which says why in its own way)."""
     from vitexport import backends
+    from vitexport.core.progress import as_progress
     from vitexport.export import sidecar
     from vitexport.export.checking import check_built
     from vitexport.export.staging import publish, staging
 
+    progress = as_progress(progress)
     record = sidecar.read(candidate)
     be = backends.get(record.backend)
     if not be.renamable(candidate, record):

@@ -92,8 +92,7 @@ def main() -> int:
     from vitexport.core.errors import VitexportError
     from vitexport.export.pipeline import export
     from vitexport.models.sources import SourceSpec, load
-    from vitexport.optimize.cache import BUILD_ROOMS, Cache, code_digest, digest, model_digest
-    from vitexport.optimize.steps import options_of
+    from vitexport.optimize.cache import BUILD_ROOMS, Cache, code_digest, digest, model_digest, options_of
 
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # a library that prints to stdout must not garble the replies

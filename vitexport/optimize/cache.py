@@ -69,6 +69,11 @@ def model_digest(loaded) -> str:
     return h.hexdigest()
 
 
+def options_of(options: dict) -> dict:
+    """A backend's options from their JSON form (lists back to tuples)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+
+
 # The rooms of vitexport whose code makes an artifact (a build's key) and judges it (a check's key);
 # the others (reports, the CLI, bench, optimize itself) change neither.
 BUILD_ROOMS = ("core", "models", "backends", "export")

@@ -12,7 +12,8 @@ from typing import Any
 
 from vitexport import backends
 from vitexport.core.errors import ParityError, VitexportError
-from vitexport.optimize.cache import BUILD_ROOMS, CHECK_ROOMS, Cache, code_digest, digest, model_digest
+from vitexport.optimize.cache import (BUILD_ROOMS, CHECK_ROOMS, Cache, code_digest, digest, model_digest,
+                                      options_of)
 from vitexport.optimize.ranking import attach_speed, speed_at
 
 NOT_CHECKED = "not checked: slower than the pick"
@@ -253,11 +254,6 @@ def apply(row: dict, verdict: dict[str, Any]) -> None:
         row["provider"] = verdict["provider"]
     if row["reason"] is None:
         row.pop("reason")
-
-
-def options_of(options: dict) -> dict:
-    """A backend's options from their JSON form (lists back to tuples)."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
 
 
 def artifact_sha256(path: Path) -> str:

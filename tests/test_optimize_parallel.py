@@ -28,19 +28,6 @@ def test_the_first_backend_builds_here_the_others_beside_it(cpus, offered, expec
     assert aside.split([(b, None) for b in offered]) == expected
 
 
-def test_the_helper_refuses_a_model_other_than_the_runs(tmp_path):
-    helper = aside.Aside()
-    try:
-        helper.start({"spec": TINY.to_dict(), "model": "0" * 64, "seed": 0, "images": None,
-                      "cache": str(tmp_path), "candidates": [{"key": "k" * 64, "backend": "onnx", "label": "fp32",
-                                                               "options": {}}]})
-        built, why = helper.finish()
-    finally:
-        helper.stop()
-    assert built == {} and why == "the helper loaded another model than the run's"
-    assert not (tmp_path / "builds").exists()  # refused before its cache was opened: nothing built
-
-
 def build(loaded, tmp_path: Path, backend: str) -> Path:
     be = backends.get(backend)
     return Path(export(backend, TINY, be.Options(dynamic_batch=True), tmp_path / "built", verify=False,
@@ -83,3 +70,29 @@ def test_onnx_with_external_weights_is_not_renamable(tmp_path):
     assert be.renamable(Path("x.onnx"), record)
     record.info["external_data"] = "x.onnx.data"
     assert not be.renamable(Path("x.onnx"), record)
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_what_the_helper_builds_is_used_and_what_it_refuses_is_built_here(refuse, tmp_path, monkeypatch):
+    """ONNX Runtime's slimmed and int8 candidates sent to the helper (as a second backend's would be):
+    built there and found in the cache; or, when the helper refuses, built here, each once."""
+    from test_optimize import three_candidates
+    from vitexport import optimize as optimizing
+
+    calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0})
+    monkeypatch.setattr(aside, "split", lambda offered: ([0], [1, 2]))
+    start = aside.Aside.start
+    if refuse:
+        monkeypatch.setattr(aside.Aside, "start", lambda self, request: start(self, {**request, "model": "0" * 64}))
+    result = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
+    rows = {r["candidate"]: r for r in result["candidates"]}
+    assert result["built_aside"]["candidates"] == ["fp32-slim", "int8-dynamic"]
+    assert result["cache"]["built"] == 3 and all(r["artifact"] and not r["build_cached"] for r in rows.values())
+    if refuse:
+        assert result["built_aside"]["refused"] == "the helper loaded another model than the run's"
+        assert sorted(calls["exported"]) == ["fp32", "fp32-slim", "int8-dynamic"]
+        assert not any("built_aside_s" in r for r in rows.values())
+    else:
+        assert result["built_aside"]["refused"] is None and calls["exported"] == ["fp32"]
+        assert rows["int8-dynamic"]["built_aside_s"] > 0 and "built_aside_s" not in rows["fp32"]
+    assert result["chosen"] == "int8-dynamic" and sidecar.read(Path(result["artifact"])).status == "verified"

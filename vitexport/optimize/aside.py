@@ -1,7 +1,7 @@
 """Building candidates in a second process while this one builds the others: optimize's builds are
 mostly single-threaded Python (tracing, graph rewrites, quantizers' graph work), so on a machine with
-two or more cores the candidates of one backend build beside another's in about the time of the
-longer of the two (ViT-B on 2 vCPUs: ONNX Runtime's four in about 35 s, OpenVINO's four in about 30 s).
+two or more cores the candidates of one backend build beside another's (ViT-B's eight on 2 vCPUs
+shared with other work, load 3 to 4: 59 to 61 s, against 66 to 76 s one after another; docs/optimize.md).
 
 The helper process loads the same model from its spec, refuses to build when the model it loaded is
 not the one this run hashed (the cache key must say what the artifact was built from), and builds

@@ -42,7 +42,8 @@ def test_candidates_of_every_runtime_compete_and_the_fastest_is_published(tmp_pa
     # Every candidate checked (--check-all), so every row has its verdict.
     result = optimizing.optimize(TINY, images=IMAGES, budget_s=0.05, rounds=1, out_dir=tmp_path, check_all=True)
     # Candidates that cannot win stop taking turns once the A/B gate can tell (tests/bench/test_retire.py).
-    assert [kw["retire_slower"] for kw in asked] == [optimizing.RETIRE_SLOWER]
+    assert [(kw["retire_slower"], kw["retire_screen"]) for kw in asked] == [
+        (optimizing.RETIRE_SLOWER, optimizing.RETIRE_SCREEN)]
     rows = {r["candidate"]: r for r in result["candidates"]}
     expected = {"fp32", "fp32-slim", "int8-dynamic", "int8-static", "openvino-fp32", "openvino-int8-f32"}
     assert expected <= set(rows) and ("openvino-bf16" in rows) == ("openvino-int8-bf16" in rows) == bf16_here()
@@ -52,6 +53,11 @@ def test_candidates_of_every_runtime_compete_and_the_fastest_is_published(tmp_pa
     assert rows["openvino-int8-f32"]["provider"] == "openvino-CPU-int8+fp32"
     if bf16_here():  # the same int8 IR, its float part compiled in bf16: timed, not ruled slower
         assert rows["openvino-int8-bf16"]["provider"] == "openvino-CPU-int8+bf16"
+    # OpenVINO's candidates were built in a helper process while ONNX Runtime's were built here.
+    aside = {r["candidate"] for r in rows.values() if r["backend"] == "openvino"}
+    assert set(result["built_aside"]["candidates"]) == aside and result["built_aside"]["refused"] is None
+    assert all(r.get("built_aside_s", 0) > 0 for r in rows.values() if r["candidate"] in aside)
+    assert result["cache"]["built"] == len(rows) and result["cache"]["builds_reused"] == 0
     assert rows["fp32"]["speedup"] == 1.0  # ONNX Runtime's plain fp32 is what every candidate is compared with
     chosen = rows[result["chosen"]]
     assert chosen["p50_ms"] == min(r["p50_ms"] for r in rows.values())
@@ -317,14 +323,14 @@ def latency(ms: float) -> dict[str, float]:
 def three_candidates(monkeypatch, p50: dict[str, float], *, failing=(), untimed=()):
     """ONNX Runtime's fp32, fp32-slim and int8-dynamic, 'timed' at the p50s given (a bench whose rows
     are whole, so its timing is cached); the checks of `failing` fail, `untimed` crash in timing.
-    Returns what was exported, checked and timed, in order."""
+    Returns what was exported, checked and timed, in order, and the picks' copies checked on publishing."""
     from vitexport.backends.base import Candidate
     from vitexport.backends.onnx.options import OnnxOptions
     from vitexport.bench import run as bench_run
     from vitexport.core.errors import ParityError
     from vitexport.export import checking
 
-    calls = {"exported": [], "checked": [], "timed": []}
+    calls = {"exported": [], "checked": [], "timed": [], "published": []}
     onnx = type(backends.get("onnx"))
     monkeypatch.setattr(onnx, "candidates", lambda self, target, images: [
         Candidate("fp32", OnnxOptions(dynamic_batch=True), "onnxruntime"),
@@ -337,7 +343,7 @@ def three_candidates(monkeypatch, p50: dict[str, float], *, failing=(), untimed=
     check_built = checking.check_built
 
     def check(path, loaded, **kw):
-        calls["checked"].append(Path(path).stem)
+        calls["published" if "-optimized" in Path(path).stem else "checked"].append(Path(path).stem)
         result = check_built(path, loaded, **kw)
         if Path(path).stem in failing:
             raise ParityError("onnx artifact does not match PyTorch: top-1 agreement 0.2 < 0.9", result)
@@ -438,17 +444,20 @@ def entries(out: Path) -> dict[str, Path]:
 def test_a_second_run_builds_checks_and_times_nothing(tmp_path, monkeypatch):
     calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0})
     first = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
-    assert sorted(calls["exported"]) == ["fp32", "fp32-slim", "int8-dynamic", "tiny-depth1-optimized"]
+    # The pick is published as a checked copy of its build, not exported again.
+    assert sorted(calls["exported"]) == ["fp32", "fp32-slim", "int8-dynamic"]
+    assert calls["published"] == ["tiny-depth1-optimized"]
     for kind in calls.values():
         kind.clear()
     second = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
-    assert calls == {"exported": [], "checked": [], "timed": []}  # publishing reused the published pick too
+    assert calls == {"exported": [], "checked": [], "timed": [], "published": []}  # publishing reused the published pick too
     assert (second["chosen"], second["artifact"]) == (first["chosen"], first["artifact"])
     assert {k: second["cache"][k] for k in ("builds_reused", "built", "checks_reused", "timings_reused")} == {
         "builds_reused": 3, "built": 0, "checks_reused": 1, "timings_reused": 1}
     assert sidecar.read(Path(second["artifact"])).info["optimize_choice"]["chosen"] == "int8-dynamic"
     optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path, cache=False)  # --no-cache: everything again
-    assert len(calls["exported"]) == 4 and calls["checked"] == ["int8-dynamic"] and len(calls["timed"]) == 1
+    assert len(calls["exported"]) == 3 and calls["checked"] == ["int8-dynamic"] and len(calls["timed"]) == 1
+    assert calls["published"] == ["tiny-depth1-optimized"]
 
 
 def test_another_model_or_other_options_are_built_again(tmp_path, monkeypatch):
@@ -457,7 +466,7 @@ def test_another_model_or_other_options_are_built_again(tmp_path, monkeypatch):
     calls["exported"].clear()
     other = SourceSpec("tiny", overrides={"depth": 1}, seed=1)  # other weights, same shapes
     optimizing.optimize(other, only=["onnx"], out_dir=tmp_path, seed=1)
-    assert sorted(calls["exported"]) == ["fp32", "fp32-slim", "int8-dynamic", "tiny-depth1-seed1-optimized"]
+    assert sorted(calls["exported"]) == ["fp32", "fp32-slim", "int8-dynamic"]
     assert len(list((tmp_path / "candidates" / "builds").iterdir())) == 6
 
 
@@ -498,7 +507,7 @@ def test_an_interrupted_build_leaves_no_half_entry(tmp_path, monkeypatch):
     monkeypatch.setattr(onnx, "export", export)
     calls["exported"].clear()
     optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
-    assert sorted(calls["exported"]) == ["fp32-slim", "int8-dynamic", "tiny-depth1-optimized"]
+    assert sorted(calls["exported"]) == ["fp32-slim", "int8-dynamic"]
 
 
 def test_a_candidate_kept_more_in_float_after_failing_is_timed_again_before_it_is_picked(tmp_path, monkeypatch):
@@ -522,7 +531,7 @@ def test_a_candidate_kept_more_in_float_after_failing_is_timed_again_before_it_i
     for kind in calls.values():
         kind.clear()
     again = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
-    assert calls == {"exported": [], "checked": [], "timed": []} and again["chosen"] == "int8-dynamic"
+    assert calls == {"exported": [], "checked": [], "timed": [], "published": []} and again["chosen"] == "int8-dynamic"
 
 
 def test_the_command_passes_check_all_and_no_cache_through(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 from vitexport.bench.rounds import Cell, Rounds
-from vitexport.bench.session import RETIRE_PAIRS, retire_behind
+from vitexport.bench.session import RETIRE_PAIRS, SCREEN_ROUNDS, retire_behind
 
 
 class Steady:
@@ -76,3 +76,33 @@ def test_without_a_limit_every_row_runs_every_round():
     (fast, slow), _ = cells(10.0, 30.0)
     Rounds({"ms": 10}, seed=0).run([fast, slow], 12)
     assert len(slow.medians) == 12 and slow.retired is None
+
+
+def test_the_screen_stops_a_row_far_behind_after_its_first_rounds():
+    (fast, close, slow), log = cells(10.0, 15.0, 30.0)
+    Rounds({"ms": 10}, seed=0).run([fast, close, slow], 12,
+                                   retire=lambda live: retire_behind(live, 1.10, screen=2.0))
+    assert len(slow.medians) == SCREEN_ROUNDS and "beyond the screen's 2.00x" in slow.retired
+    # 1.5x behind: within the screen, so only the gate's paired interval stops it, after its rounds.
+    assert "beyond 1.10x" in close.retired and len(close.medians) == RETIRE_PAIRS
+    assert fast.retired is None and len(fast.medians) == 12
+
+
+def test_one_round_within_the_screen_keeps_a_row_for_the_gate():
+    """A row 3x behind in one round and 1.5x in the other (the fastest caught in a fast phase once) is
+    not screened out: every screening round must put it beyond the screen."""
+    (fast, slow), _ = cells(10.0, 30.0)
+    for ratio in (3.0, 1.5):
+        fast.medians.append(10.0)
+        slow.medians.append(10.0 * ratio)
+    retire_behind([fast, slow], 1.10, screen=2.0)
+    assert slow.retired is None
+    retire_behind([fast, slow], 1.10)
+    assert slow.retired is None  # and without a screen nothing stops before the gate's rounds
+
+
+def test_optimize_screens_beyond_the_noise_of_a_shared_machine():
+    from vitexport import optimize
+
+    # A runtime's timings move by up to 45 % for tens of seconds on a shared 2-vCPU machine.
+    assert optimize.RETIRE_SCREEN >= 1.45 * 1.3 and optimize.RETIRE_SLOWER < optimize.RETIRE_SCREEN

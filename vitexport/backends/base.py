@@ -405,6 +405,11 @@ class Backend(ABC):
         """Every file the artifact consists of beside `path` itself (external weights, ...)."""
         return []
 
+    def renamable(self, path: Path, record: "ArtifactRecord") -> bool:
+        """Whether the artifact's files, copied under another name (NAME.ext for each file's extension),
+        are the same artifact: no file names another inside it. False unless the backend knows."""
+        return False
+
     def device_check(self, path: Path, record: "ArtifactRecord", target: DeviceTarget) -> DeviceCheck:
         """How a deploy package checks this artifact on `target`'s device (see DeviceCheck); raise
         UsageError saying why when it cannot go there (a Core ML package on Android)."""

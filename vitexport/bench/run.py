@@ -30,7 +30,8 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
           roofline: bool = True, label: str | None = None, allow_fallback: bool = False, trust_code: bool = False,
           baseline: str | Path | list | None = None, max_slowdown: float | None = None, rounds: int | None = None,
           progress: ProgressLike = None, latency_budget_ms: float | None = None,
-          recheck_s: float | None = None, retire_slower: float | None = None, start_together: bool = False,
+          recheck_s: float | None = None, retire_slower: float | None = None, retire_screen: float | None = None,
+          start_together: bool = False,
           profile: bool = False, write_files: Callable[[dict, Path, list[Path]], dict] | None = None) -> dict[str, Any]:
     """Measure each target at each batch size on identical feeds, each row in its own worker process,
     the rows taking turns in short rounds (`rounds`: how many; default: enough bursts of about
@@ -49,7 +50,10 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
 
     `retire_slower` (a ratio, e.g. 1.1): a row that the A/B gate's paired statistics find slower than
     its batch's fastest row beyond it stops taking turns (its row says so in `retired`, with the numbers
-    of the rounds it ran): how optimize stops timing candidates that cannot win. `start_together`: the
+    of the rounds it ran): how optimize stops timing candidates that cannot win. `retire_screen` (a
+    ratio well beyond the machine's noise, e.g. 2.0): with `retire_slower`, a row slower than the
+    fastest beyond it in each of the first SCREEN_ROUNDS rounds, paired by round, stops at once, before
+    the gate has its rounds (the fp32 rows beside int8 ones). `start_together`: the
     workers load at once rather than in turn, and their load time and first inference,
     not measured alone, are left out of the rows.
 
@@ -76,6 +80,8 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
         check_number(rounds, "--rounds", minimum=1, maximum=1000)
     if retire_slower is not None:
         check_number(retire_slower, "retire_slower", minimum=1.0, maximum=1000.0)
+    if retire_screen is not None:
+        check_number(retire_screen, "retire_screen", minimum=1.0, maximum=1000.0)
     for flag, value in (("--latency-budget-ms", latency_budget_ms), ("--recheck-s", recheck_s)):
         if value is not None:
             check_number(value, flag, minimum=0, maximum=1e7)
@@ -96,7 +102,8 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
                         budget_s=budget_s, seed=seed, allow_fallback=allow_fallback, auto=auto,
                         batches=[1] if auto else list(batches), rounds=rounds, latency_budget_ms=latency_budget_ms,
                         recheck_s=budget_s if recheck_s is None else recheck_s, max_slowdown=max_slowdown,
-                        roofline=roofline, retire_slower=retire_slower, start_together=start_together,
+                        roofline=roofline, retire_slower=retire_slower,
+                        retire_screen=retire_screen if retire_slower is not None else None, start_together=start_together,
                         profile=profile)
     with using(progress) as reporter:
         report = measure_all(spec, targets, settings, artifacts=[Path(a) for a in artifacts], out=out, label=label,
@@ -218,7 +225,8 @@ def measure_all(spec: SourceSpec | None, targets: list[str], settings: Settings,
             progress.step("timing", total=count)
             limit = settings.retire_slower
             rounds.run(session.cells(everything), count,
-                       retire=None if limit is None else lambda cells: retire_behind(cells, limit))
+                       retire=None if limit is None else
+                       lambda cells: retire_behind(cells, limit, screen=settings.retire_screen))
         rounds.top_up()
         session.fill(everything)
         report["results"] = [r for p in plan for r in (p.sweep_rows or [p.row])]

@@ -24,6 +24,9 @@ AUTO = "auto"
 # the limit. (The gate waits for MIN_PAIRS: it must also be able to clear a row, which needs a narrower
 # interval; retiring only ever says "slower".)
 RETIRE_PAIRS = 6
+# Rounds of the screening (`retire_screen`): a row beyond the screen's ratio in each of them, paired by
+# round, cannot win; two, so one round that caught the fastest row in a fast phase decides nothing.
+SCREEN_ROUNDS = 2
 
 
 @dataclass
@@ -47,6 +50,9 @@ class Settings:
     # A row slower than its batch's fastest beyond this ratio, by the A/B gate's paired verdict, stops
     # taking turns (optimize: a candidate that cannot win costs no more time); None: every row runs on.
     retire_slower: float | None = None
+    # With retire_slower: a row beyond this ratio of the fastest in each of the first SCREEN_ROUNDS
+    # rounds stops at once (a ratio far beyond the machine's noise: such a row cannot win).
+    retire_screen: float | None = None
     # Workers load all at once (optimize: ranks on the rounds alone, and its eight loads take seconds
     # each one at a time); load time and first inference are then not reported.
     start_together: bool = False
@@ -374,10 +380,12 @@ class Session:
                 w.close()
 
 
-def retire_behind(cells: list[Cell], limit: float) -> None:
+def retire_behind(cells: list[Cell], limit: float, screen: float | None = None) -> None:
     """Retire the cells clearly slower than the fastest cell of their batch size: the A/B gate's verdict
     on their per-round medians, paired by round ("slower": the whole interval of the ratio beyond
-    `limit`), over the rounds every such cell ran in. Until there are RETIRE_PAIRS rounds, nothing is retired."""
+    `limit`), over the rounds every such cell ran in. Until there are RETIRE_PAIRS rounds, nothing is
+    retired that way; with `screen`, a cell beyond `screen` times the fastest's median in each of the
+    last SCREEN_ROUNDS rounds (or more) is retired as soon as there are that many."""
     from vitexport.bench.regression import ab_verdict
     from vitexport.bench.stats import median
 
@@ -386,11 +394,18 @@ def retire_behind(cells: list[Cell], limit: float) -> None:
         groups.setdefault(cell.batch, []).append(cell)
     for group in groups.values():
         n = min(len(c.medians) for c in group)
-        if len(group) < 2 or n < RETIRE_PAIRS:
+        if len(group) < 2 or n < min(RETIRE_PAIRS, SCREEN_ROUNDS if screen else RETIRE_PAIRS):
             continue
         leader = min(group, key=lambda c: median(c.medians[-n:]))
         for cell in group:
             if cell is leader:
+                continue
+            ratios = [a / b for a, b in zip(cell.medians[-n:], leader.medians[-n:])]
+            if screen and min(ratios) > screen:
+                cell.retired = (f"stopped after {n} rounds: {median(ratios):.2f}x the fastest row's p50 "
+                                f"(at least {min(ratios):.2f}x in every round), beyond the screen's {screen:.2f}x")
+                continue
+            if n < RETIRE_PAIRS:
                 continue
             verdict = ab_verdict(cell.medians[-n:], leader.medians[-n:], limit, min_pairs=RETIRE_PAIRS)
             if verdict["verdict"] == "slower":

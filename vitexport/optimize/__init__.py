@@ -38,6 +38,11 @@ TARGETS = ("cpu", "cuda")
 # stops taking turns once the gate can say so: it cannot win, and timing it further buys nothing.
 ROUNDS = 12
 RETIRE_SLOWER = 1.10
+# And a candidate beyond twice the fastest in each of the first two rounds (the fp32 rows beside the int8
+# ones: 2.5-3x on a Zen 4) stops at once. Twice, because on a shared 2-vCPU machine one runtime's
+# timings can move by up to 45 % for tens of seconds while another's do not: a screen tighter than
+# that could stop a winner.
+RETIRE_SCREEN = 2.0
 # Seconds of timed runs per candidate: twelve bursts of bench's standard length (bench.session.BURST_S),
 # short enough that the two sides of a pair see the same phase of a noisy machine.
 BUDGET_S = 3.0
@@ -101,15 +106,16 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
                             for n in names for ext in ("", ".json")])
     store = Cache(out / "candidates", reuse=cache)
     steps = Steps(loaded, store, images=images, seed=seed, gate=gate, batches=batches, progress=progress)
-    rows = []
+    rows, planned = [], []
     for backend, candidate in offered:
         options = planned_for(candidate.options, batches)
-        row = {"candidate": candidate.label, "backend": backend, "runtime": candidate.timer,
-               "precision": candidate.options.precision, "options": options.to_dict()}
-        steps.build(row, options)
-        rows.append(row)
+        planned.append(options)
+        rows.append({"candidate": candidate.label, "backend": backend, "runtime": candidate.timer,
+                     "precision": candidate.options.precision, "options": options.to_dict()})
+    steps.build_all(rows, planned)
     timing = {"threads": threads, "warmup_iters": WARMUP_ITERS, "warmup_s": min(WARMUP_S, budget_s),
-              "budget_s": budget_s, "rounds": rounds, "retire_slower": RETIRE_SLOWER}
+              "budget_s": budget_s, "rounds": rounds, "retire_slower": RETIRE_SLOWER,
+              "retire_screen": RETIRE_SCREEN}
     report = steps.settle(rows, timing, check_all)
     # The fastest at each batch: which one wins can change with the batch (one runtime's kernels
     # gain more from a larger batch than another's), so each batch's pick is published.
@@ -134,7 +140,8 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
               "artifact": artifacts.get(chosen["candidate"]) if chosen else None, "picks": picks,
               "bench": report["files"] if report else None, "check_all": check_all,
               "checked": [r["candidate"] for r in rows if r["checked"]],
-              "cache": {"folder": str(store.root), "reuse": cache, **store.stats}, "timings": seconds}
+              "cache": {"folder": str(store.root), "reuse": cache, **store.stats},
+              "built_aside": steps.aside_note, "timings": seconds}
     if chosen is None:
         raise ParityError("no candidate passed its check and accuracy gate; see the table", result)
     return result
@@ -184,11 +191,13 @@ def planned_for(options, batches) -> Any:
 
 def publish(row: dict, spec: SourceSpec, out: Path, name: str, why: dict, *, images, seed: int,
             gate: Gate, loaded, progress, reuse: bool = True) -> str:
-    """Export a candidate again under its final name (names live inside some artifacts, e.g. an ONNX's
-    external weights) and verify it again, unless (`reuse`) the artifact published there already is
+    """Publish a candidate under its final name, checked again: its files copied under that name where
+    that is the same artifact (vitexport.optimize.adopt), else exported again (names live inside some
+    artifacts, e.g. an ONNX's external weights); unless (`reuse`) the artifact published there already is
     that candidate, verified on the same check inputs and unchanged (a second run); write in its
     sidecar why it won; return its path."""
     from vitexport.export.pipeline import reusable
+    from vitexport.optimize.adopt import adopt
     from vitexport.optimize.steps import options_of
 
     be = backends.get(row["backend"])
@@ -198,8 +207,11 @@ def publish(row: dict, spec: SourceSpec, out: Path, name: str, why: dict, *, ima
     earlier = (record.info.get("optimize_choice") or {}).get("check_inputs") if record else None
     if not reuse or record is None or record.seed != seed or earlier != why["check_inputs"]:
         progress.step(f"publishing {row['candidate']} as {name}")
-        result = export(row["backend"], spec, options, out, images=images, seed=seed, gate=gate, name=name,
-                        progress=progress, loaded=loaded)
+        # Its files copied under the name and checked, where that is the same artifact; else built again.
+        result = adopt(Path(row["artifact"]), out, name, loaded=loaded, images=images, seed=seed, gate=gate,
+                       progress=progress) or \
+            export(row["backend"], spec, options, out, images=images, seed=seed, gate=gate, name=name,
+                   progress=progress, loaded=loaded)
         published = Path(result["artifact"])
         record = sidecar.read(published)
     record.info["optimize_choice"] = why

@@ -69,6 +69,11 @@ def model_digest(loaded) -> str:
     return h.hexdigest()
 
 
+def options_of(options: dict) -> dict:
+    """A backend's options from their JSON form (lists back to tuples)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+
+
 # The rooms of vitexport whose code makes an artifact (a build's key) and judges it (a check's key);
 # the others (reports, the CLI, bench, optimize itself) change neither.
 BUILD_ROOMS = ("core", "models", "backends", "export")
@@ -104,13 +109,14 @@ class Cache:
 
     # ------------------------------------------------------------------------------------ records
 
-    def _read(self, path: Path, kind: str, key: str) -> dict[str, Any] | None:
-        """The record at `path` when it is whole, of this schema and kind, under this key; else None."""
+    def _read(self, path: Path, kind: str, key: str, fresh: bool = False) -> dict[str, Any] | None:
+        """The record at `path` when it is whole, of this schema and kind, under this key; else None
+        (always None without `reuse`, unless `fresh`: written during this run)."""
         from vitexport.core import schemas
         from vitexport.core.errors import UsageError
         from vitexport.core.jsonfile import read_json
 
-        if not self.reuse or not path.is_file():
+        if not (self.reuse or fresh) or not path.is_file():
             return None
         try:
             record = read_json(path, f"optimize cache record ({kind})", max_bytes=MAX_RECORD_BYTES)
@@ -130,18 +136,22 @@ class Cache:
 
     # ------------------------------------------------------------------------------------- builds
 
-    def built(self, key: str) -> Path | None:
+    def has(self, key: str) -> bool:
+        """Whether an entry under `key` may be reused (it is read back and hashed when it is used)."""
+        return self.reuse and (self.entry(key) / "entry.json").is_file()
+
+    def built(self, key: str, fresh: bool = False) -> Path | None:
         """The artifact of an intact entry under `key`; None when there is none or it is damaged (then
-        removed, to be built again)."""
+        removed, to be built again). `fresh`: built by this run's helper process, counted as built."""
         folder = self.entry(key)
-        record = self._read(folder / "entry.json", "build", key)
+        record = self._read(folder / "entry.json", "build", key, fresh)
         path = folder / record["artifact"] if record and "/" not in record["artifact"] else None
         if path is None or not intact(path, record["artifact_sha256"]):
-            if folder.exists() and self.reuse:
+            if folder.exists() and (self.reuse or fresh):
                 shutil.rmtree(folder, ignore_errors=True)
             return None
         self._touch(key)
-        self.stats["builds_reused"] += 1
+        self.stats["built" if fresh else "builds_reused"] += 1
         return path
 
     def build(self, key: str, label: str, make: Callable[[Path], Path]) -> Path:

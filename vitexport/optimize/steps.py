@@ -12,7 +12,8 @@ from typing import Any
 
 from vitexport import backends
 from vitexport.core.errors import ParityError, VitexportError
-from vitexport.optimize.cache import BUILD_ROOMS, CHECK_ROOMS, Cache, code_digest, digest, model_digest
+from vitexport.optimize.cache import (BUILD_ROOMS, CHECK_ROOMS, Cache, code_digest, digest, model_digest,
+                                      options_of)
 from vitexport.optimize.ranking import attach_speed, speed_at
 
 NOT_CHECKED = "not checked: slower than the pick"
@@ -27,6 +28,8 @@ class Steps:
         self.loaded, self.cache, self.images, self.seed, self.gate = loaded, cache, images, seed, gate
         self.batches, self.progress, self.digests = batches, progress, Digests()
         self.seconds = {"build_s": 0.0, "time_s": 0.0, "check_s": 0.0}
+        self.aside: dict[str, float] = {}  # build key -> seconds, of what the helper process built this run
+        self.aside_note: dict[str, Any] = {"candidates": [], "refused": None}
         t0 = time.perf_counter()
         self.model = digest({"model": model_digest(loaded), "code": code_digest(BUILD_ROOMS), "seed": seed})
         self.seconds["key_s"] = time.perf_counter() - t0
@@ -44,16 +47,47 @@ class Steps:
 
     # ------------------------------------------------------------------------------------- build
 
-    def build(self, row: dict, options) -> None:
-        """The candidate's artifact, from the cache or exported now without its check; a candidate
-        that cannot be built is kept in the table with why, and never timed."""
-        from vitexport.export.pipeline import export
+    def build_all(self, rows: list[dict], options: list) -> None:
+        """Every candidate's artifact (`build`), one backend's built here while a helper process builds
+        the others' (vitexport.optimize.aside); what the helper did not build is built here after it."""
+        from vitexport.optimize.aside import Aside, split
 
         t0 = time.perf_counter()
+        here, aside = split([(r["backend"], o) for r, o in zip(rows, options)])
+        todo = [i for i in aside if not self.cache.has(self.build_key(rows[i]["backend"], options[i]))]
+        helper = Aside()
+        try:
+            if todo:
+                self.progress.step(f"building {', '.join(rows[i]['candidate'] for i in todo)} in a second process")
+                helper.start({"spec": self.loaded.spec.to_dict(), "model": self.model, "seed": self.seed,
+                              "images": str(self.images) if self.images else None, "cache": str(self.cache.root),
+                              "candidates": [{"key": self.build_key(rows[i]["backend"], options[i]),
+                                              "backend": rows[i]["backend"], "label": rows[i]["candidate"],
+                                              "options": options[i].to_dict()} for i in todo]})
+            for i in here:
+                self.build(rows[i], options[i])
+            if todo:
+                self.progress.step("waiting for the second process's builds")
+            self.aside, why = helper.finish()
+            self.aside_note = {"candidates": [rows[i]["candidate"] for i in todo], "refused": why}
+            for i in aside:
+                self.build(rows[i], options[i])
+        finally:
+            helper.stop()
+        self.seconds["build_s"] += time.perf_counter() - t0
+
+    def build(self, row: dict, options) -> None:
+        """The candidate's artifact, from the cache (or the helper process) or exported now without its
+        check; a candidate that cannot be built is kept in the table with why, and never timed."""
+        from vitexport.export.pipeline import export
+
         key = self.build_key(row["backend"], options)
         row.update(passed=False, checked=False, artifact=None, parity=None, build_key=key)
-        path = self.cache.built(key)
-        row["build_cached"] = path is not None
+        fresh = key in self.aside
+        path = self.cache.built(key, fresh=fresh)
+        row["build_cached"] = path is not None and not fresh
+        if fresh and path is not None:
+            row["built_aside_s"] = round(self.aside[key], 2)
         if path is None:
             self.progress.step(f"candidate {row['candidate']}: building")
             try:
@@ -64,7 +98,6 @@ class Steps:
                 row["reason"] = f"not built: {e}"
         if path is not None:
             row.update(artifact=str(path), artifact_sha256=artifact_sha256(path))
-        self.seconds["build_s"] += time.perf_counter() - t0
 
     # ------------------------------------------------------------------------------------ timing
 
@@ -221,11 +254,6 @@ def apply(row: dict, verdict: dict[str, Any]) -> None:
         row["provider"] = verdict["provider"]
     if row["reason"] is None:
         row.pop("reason")
-
-
-def options_of(options: dict) -> dict:
-    """A backend's options from their JSON form (lists back to tuples)."""
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
 
 
 def artifact_sha256(path: Path) -> str:

@@ -79,6 +79,9 @@ class OnnxBackend(Backend):
                              f"{data!r}, not the name of a file beside the artifact")
         return [Path(path).with_name(data)] if data else []
 
+    def renamable(self, path: Path, record) -> bool:
+        return not record.info.get("external_data")  # external weights are named inside the .onnx
+
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
         """ONNX Runtime in Python, on the device's best provider (--provider picks one)."""
         from vitexport.core.errors import UsageError

@@ -107,6 +107,9 @@ class OpenVinoBackend(Backend):
     def files(self, path: Path, record) -> list[Path]:
         return [Path(path).with_suffix(".bin")]
 
+    def renamable(self, path: Path, record) -> bool:
+        return True  # read_model finds NAME.bin beside NAME.xml: the .xml names no file
+
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
         """OpenVINO in Python on the device it was checked on (--device picks another), its precision
         pinned as at export (int8's float part: the hint its sidecar records)."""

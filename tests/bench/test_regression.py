@@ -157,6 +157,20 @@ def test_a_shift_no_disturbance_can_explain_is_slower_even_on_a_busy_machine():
     assert v["verdict"] == "undecided" and v["disturbed"]
 
 
+def test_a_slow_phase_the_reference_kernel_understates_is_not_a_slowdown():
+    """Seen on a shared VM: the same artifact ran 1.47x as long in a slow phase while the reference
+    kernel ran 1.19x as long; normalised by the kernel it still looked 1.24x slower."""
+    v = verdict(medians(8, 8.0 * 1.47, seed=30), refs(8, ms=0.14 * 1.19), medians(8, 8.0, seed=31), refs(8, ms=0.14))
+    assert v["verdict"] == "undecided" and v["disturbed"], v
+
+
+def test_a_slowdown_beyond_the_slow_phase_is_still_slower():
+    """The artifact 1.4x slower, measured in that slow phase: beyond what the phase can explain."""
+    v = verdict(medians(8, 8.0 * 1.4 * 1.47, seed=32), refs(8, ms=0.14 * 1.19), medians(8, 8.0, seed=33),
+                refs(8, ms=0.14))
+    assert v["verdict"] == "slower" and "the machine ran 1.19x slower" in v["why"], v
+
+
 def test_a_report_without_rounds_is_compared_by_its_p50():
     old = row("torch", 1, rounds=[], p50=10.0)
     v = regression.stored_verdict(row("torch", 1, medians(20, 13.3, seed=13)), old, 1.10)

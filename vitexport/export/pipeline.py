@@ -309,6 +309,19 @@ def integrity_problem(be: Backend, path: Path, record: ArtifactRecord) -> str | 
     return None
 
 
+def intact(path: Path, sha256: str | None) -> bool:
+    """Whether the artifact at `path` and its sidecar are there, the sidecar names `sha256`, and the
+    files hash to it: a cached artifact is still the one exported (the matrix's and optimize's caches)."""
+    if not path.exists():
+        return False
+    try:
+        record = sidecar.read(path)
+        be = backends.get(record.backend)
+    except UsageError:
+        return False
+    return record.artifact_sha256 == sha256 and integrity_problem(be, path, record) is None
+
+
 def not_a_file(path: Path, files: list[Path]) -> bool:
     """Whether the artifact or one of its files is something other than a file (a package folder
     for the artifact): a FIFO or device there would block whatever tried to load it."""

@@ -71,23 +71,11 @@ class Cache:
     def artifact_intact(self, record: dict[str, Any]) -> bool:
         """Whether the record's artifact is still the one exported: its files hash to its sidecar's
         sha256, and that sidecar is the one the record was written with."""
-        from vitexport import backends
-        from vitexport.core.errors import UsageError
-        from vitexport.export import sidecar
-        from vitexport.export.pipeline import integrity_problem
+        from vitexport.export.pipeline import intact
 
         rel = record.get("artifact")
         if not isinstance(rel, str):
             return record.get("status") not in ("passed", "failed", "unchecked")  # nothing was built
         path = self.out / rel
-        if not path.resolve().is_relative_to(self.out.resolve()) or not path.exists():
-            return False
-        try:
-            side = sidecar.read(path)
-            be = backends.get(side.backend)
-        except UsageError:
-            return False
-        if side.artifact_sha256 != record.get("artifact_sha256"):
-            return False
-        return integrity_problem(be, path, side) is None
+        return path.resolve().is_relative_to(self.out.resolve()) and intact(path, record.get("artifact_sha256"))
 

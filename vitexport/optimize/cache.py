@@ -143,6 +143,8 @@ class Cache:
     def built(self, key: str, fresh: bool = False) -> Path | None:
         """The artifact of an intact entry under `key`; None when there is none or it is damaged (then
         removed, to be built again). `fresh`: built by this run's helper process, counted as built."""
+        from vitexport.export.pipeline import intact
+
         folder = self.entry(key)
         record = self._read(folder / "entry.json", "build", key, fresh)
         path = folder / record["artifact"] if record and "/" not in record["artifact"] else None
@@ -223,20 +225,3 @@ class Cache:
         for path in timings[keep:]:
             path.unlink(missing_ok=True)
         return removed
-
-
-def intact(path: Path, sha256: str) -> bool:
-    """Whether the artifact at `path` and its sidecar are there, and its files hash to `sha256`."""
-    from vitexport import backends
-    from vitexport.core.errors import UsageError
-    from vitexport.export import sidecar
-    from vitexport.export.pipeline import integrity_problem
-
-    if not path.exists():
-        return False
-    try:
-        record = sidecar.read(path)
-        be = backends.get(record.backend)
-    except UsageError:
-        return False
-    return record.artifact_sha256 == sha256 and integrity_problem(be, path, record) is None

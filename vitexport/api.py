@@ -9,6 +9,15 @@ change between releases; these do not).
     api.verify(result["artifact"])  # raises vitexport.core.errors.ParityError on a mismatch
     api.bench(api.SourceSpec("tiny"), ["torch", "onnxruntime"], [1, 8])
 
+A model held in memory (a notebook's `nn.Module`) is a source wherever a SourceSpec is:
+
+    result = api.export("onnx", model, input_shape=(1, 3, 32, 32), out_dir="out")
+    api.bench(model, ["torch", "onnxruntime"], [1], input_shape=(1, 3, 32, 32), out_dir="out")
+    api.package(result["artifact"], "linux")
+
+Its reference program (a `torch.export` program with golden inputs and outputs) is recorded beside the
+artifact, so `vitexport verify ARTIFACT` works later in a process where the model's class is unknown.
+
 Results are plain dicts: the `--json` output of the CLI. Each backend's options class lives in its
 package (`vitexport.backends.NAME.options`) and subclasses `ExportOptions`.
 
@@ -26,23 +35,36 @@ from vitexport.backends.base import ExportOptions, RunOptions
 from vitexport.bench import run as _run
 from vitexport.export import pipeline as _pipeline
 from vitexport.export.pipeline import Gate
+from vitexport.models.memory import is_module
 from vitexport.models.sources import SourceSpec
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["build_model", "export", "verify", "bench", "ExportOptions", "Gate", "RunOptions", "SourceSpec"]
+__all__ = ["build_model", "export", "verify", "bench", "optimize", "package", "ExportOptions", "Gate", "RunOptions",
+           "SourceSpec"]
 
 
-def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str, **options: Any) -> dict[str, Any]:
+def bench(spec: "SourceSpec | torch.nn.Module | None", targets: list[str], batches: list[int] | str, *,
+          input_shape: tuple[int, ...] | None = None, example_inputs: Any = None, **options: Any) -> dict[str, Any]:
     """Time `targets` (bench rows: "torch", "onnxruntime", "openvino", ...) at `batches` (or "auto") on
-    the model of `spec`, or on `artifacts=[...]` already exported; write the report files (JSON, CSV,
+    the model of `spec` (a SourceSpec or an `nn.Module` held in memory, with `input_shape` or
+    `example_inputs`), or on `artifacts=[...]` already exported; write the report files (JSON, CSV,
     Markdown, plot) into `out_dir` and return the report. Every keyword of `vitexport bench` is an
     option here (threads, budget_s, rounds, baseline, max_slowdown, ...: see
     `vitexport.bench.run.bench`). Slower than a baseline beyond its margin raises RegressionError
-    carrying the report, after the files are written."""
+    carrying the report, after the files are written. A module's reference program is recorded into
+    `out_dir` and each runtime's process rebuilds the model from it."""
     from vitexport.report.files import write_all
 
+    if is_module(spec):
+        from vitexport.export.memory import reference_spec
+
+        _check("bench", "out_dir", options.get("out_dir", "."), (str, Path), "a folder (str or Path)")
+        with reference_spec(spec, options.get("out_dir", "."), input_shape=input_shape, example_inputs=example_inputs,
+                            seed=options.get("seed", 0), progress=options.get("progress")) as recorded:
+            return bench(recorded, targets, batches, **options)
+    _no_shape_for_spec("bench", input_shape, example_inputs)
     if spec is not None:
         _check_spec("bench", spec)
     _check("bench", "targets", targets, (list, tuple), "a list of bench targets such as ['torch', 'onnxruntime']")
@@ -56,24 +78,79 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
     return _run.bench(spec, targets, batches, write_files=write_all, **options)
 
 
-def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
+def export(backend: str, spec: "SourceSpec | torch.nn.Module", options: ExportOptions | None = None,
            out_dir: str | Path = "vitexport-out", *, verify: bool = True, atol: float | None = None,
            rtol: float | None = None, seed: int = 0, images: str | Path | None = None, name: str | None = None,
            gate: Gate | None = None, force: bool = False, progress: Any = None,
-           loaded: Any = None) -> dict[str, Any]:
+           loaded: Any = None, input_shape: tuple[int, ...] | None = None, example_inputs: Any = None,
+           preprocessing: dict[str, Any] | None = None) -> dict[str, Any]:
     """Export `spec` with `backend` into `out_dir`, verify it against PyTorch (unless `verify` is
     False) and write the artifact with its sidecar; return the `--json` result. `gate` overrides the
     precision's accuracy gate on `images`; `force` replaces an earlier export of that name; `loaded`
     (what `vitexport.models.sources.load(spec)` returned) exports that model again without loading it.
-    Raises ParityError (exit 4 in the CLI) when the artifact does not match PyTorch."""
+    Raises ParityError (exit 4 in the CLI) when the artifact does not match PyTorch.
+
+    `spec` may be an `nn.Module` held in memory: give its input as `input_shape=(N, C, H, W)` (or
+    `example_inputs=` a batch, or an `input_shape` attribute on the module) and, for real images, its
+    `preprocessing={"mean": [...], "std": [...]}`. It is exported in eval mode from a CPU copy where
+    it lives elsewhere, unwrapped from torch.compile and (Distributed)DataParallel, and left as it was;
+    its reference program is written into `out_dir` beside the artifact."""
     _check("export", "backend", backend, str, "a backend name such as 'onnx'")
-    _check_spec("export", spec)
     if options is not None:
         _check("export", "options", options, ExportOptions, "a backend's options (an ExportOptions) or None")
     _check("export", "out_dir", out_dir, (str, Path), "a folder (str or Path)")
     keywords = dict(verify=verify, atol=atol, rtol=rtol, seed=seed, images=images, name=name, gate=gate, force=force)
     _check_keywords("export", keywords)
+    if is_module(spec):
+        from vitexport.export.memory import export_module
+
+        if preprocessing is not None:
+            _check("export", "preprocessing", preprocessing, dict, "a dict such as {'mean': [...], 'std': [...]}")
+        return export_module(backend, spec, options, out_dir, input_shape=input_shape, example_inputs=example_inputs,
+                             preprocessing=preprocessing, progress=progress, **keywords)
+    _no_shape_for_spec("export", input_shape, example_inputs)
+    _check_spec("export", spec)
     return _pipeline.export(backend, spec, options, out_dir, progress=progress, loaded=loaded, **keywords)
+
+
+def optimize(spec: "SourceSpec | torch.nn.Module", *, input_shape: tuple[int, ...] | None = None,
+             example_inputs: Any = None, out_dir: str | Path = "vitexport-out", **options: Any) -> dict[str, Any]:
+    """The fastest artifact that passes its check, across runtimes (`vitexport optimize`): build every
+    candidate, time them, check in order of speed, publish the pick into `out_dir`; return the
+    `--json` result. `spec` is a SourceSpec or an `nn.Module` held in memory (with `input_shape` or
+    `example_inputs`); every keyword of `vitexport.optimize.optimize` is an option here (only, target,
+    images, batches, thorough, check_all, ...)."""
+    from vitexport.optimize import optimize as _optimize
+
+    _check("optimize", "out_dir", out_dir, (str, Path), "a folder (str or Path)")
+    if is_module(spec):
+        from vitexport.export.memory import reference_spec
+
+        with reference_spec(spec, out_dir, input_shape=input_shape, example_inputs=example_inputs,
+                            seed=options.get("seed", 0), progress=options.get("progress"),
+                            function="optimize") as recorded:
+            return _optimize(recorded, out_dir=out_dir, **options)
+    _no_shape_for_spec("optimize", input_shape, example_inputs)
+    _check_spec("optimize", spec)
+    return _optimize(spec, out_dir=out_dir, **options)
+
+
+def package(artifact: str | Path, target: str, *, images: str | Path | None = None,
+            out_dir: str | Path | None = None, trust_code: bool = False, allow_pickle: bool = False,
+            force: bool = False, progress: Any = None) -> dict[str, Any]:
+    """A deploy package for `artifact` (`vitexport package`): the artifact, golden inputs and PyTorch's
+    outputs, and the check that proves it on the device `target` (linux, jetson, macos, ios, android);
+    return the `--json` result. An artifact exported from a model held in memory is packaged from its
+    reference program. Raises ParityError for a damaged or failed artifact."""
+    from vitexport.deploy.package import package as _package
+
+    _check("package", "artifact", artifact, (str, Path), "the artifact's path (str or Path)")
+    _check("package", "target", target, str, "a device such as 'linux' or 'ios'")
+    keywords = dict(images=images, trust_code=trust_code, allow_pickle=allow_pickle, force=force)
+    _check_keywords("package", keywords)
+    if out_dir is not None:
+        _check("package", "out_dir", out_dir, (str, Path), "a folder (str or Path) or None")
+    return _package(artifact, target, out_dir=out_dir, progress=progress, **keywords)
 
 
 def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | None = None,
@@ -93,13 +170,16 @@ def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | Non
     return _pipeline.verify(artifact, progress=progress, **keywords)
 
 
-def build_model(spec: SourceSpec | str) -> "torch.nn.Module":
+def build_model(spec: "SourceSpec | str | torch.nn.Module") -> "torch.nn.Module":
     """The eval-mode `nn.Module` an export of `spec` starts from, built exactly as the export builds it:
     the same seed, the same weights (checked and loaded the same way), lazy layers materialised. Use it
     to fine-tune or inspect what you export; exporting the module you get back is `export(...)` of
-    the same spec. A string is a model spec as the CLI takes it (`tiny`, `timm:NAME`, `file.py:factory`)."""
+    the same spec. A string is a model spec as the CLI takes it (`tiny`, `timm:NAME`, `file.py:factory`,
+    `exported:FILE.pt2`). An `nn.Module` is passed through as it is: it is already the model."""
     from vitexport.models.sources import load
 
+    if is_module(spec):
+        return spec
     _check_spec("build_model", spec, text_too=True)
     return load(SourceSpec(spec) if isinstance(spec, str) else spec).model
 
@@ -113,6 +193,14 @@ _KEYWORDS = {
     "run": (RunOptions, "a RunOptions"), "gate": (Gate, "a Gate"),
     "baseline": ((str, Path), "a file (str or Path)"), "max_error_growth": ((int, float), "a number"),
 }
+
+
+def _no_shape_for_spec(function: str, input_shape: Any, example_inputs: Any) -> None:
+    """input_shape and example_inputs describe a module held in memory; a spec says its own input."""
+    for name, value in (("input_shape", input_shape), ("example_inputs", example_inputs)):
+        if value is not None:
+            raise TypeError(f"api.{function}: {name} is for a model held in memory (an nn.Module); a SourceSpec "
+                            "takes its input shape as SourceSpec(..., input_shape=...)")
 
 
 def _check(function: str, name: str, value: Any, kinds: type | tuple[type, ...], wanted: str) -> None:

@@ -325,7 +325,7 @@ def sources_for(spec, targets: list[BenchTarget], batches: list[int], artifacts,
     for path in artifacts:
         record = sidecar.read(Path(path))
         # The torch rows rebuild the recorded model: only with code the user trusts, never unpickling.
-        record.source.spec = trusted_spec(record, trust_code, allow_pickle=False).to_dict()
+        record.source.spec = trusted_spec(record, trust_code, allow_pickle=False, beside=Path(path)).to_dict()
         records.setdefault(record.backend, []).append(
             {"artifact": str(path), "record": record, "bytes": size_of(Path(path), record), "named": True})
         records.setdefault("torch", [{"artifact": None, "record": replace(record, backend="torch", precision="fp32"),

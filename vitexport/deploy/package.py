@@ -39,8 +39,8 @@ def package(artifact: str | Path, target: str, *, images: str | Path | None = No
     if problem:
         raise ParityError(damaged(path, problem))
     check = be.device_check(path, record, where)  # before the model is rebuilt: says at once what cannot go there
-    spec = trusted_spec(record, trust_code, allow_pickle)
-    check_weights_unchanged(spec, record.source.weights_sha256)
+    spec = trusted_spec(record, trust_code, allow_pickle, beside=path)
+    check_weights_unchanged(spec, record.source.weights_sha256, path)
     stem = path.name[:-len(be.suffix)] if path.name.endswith(be.suffix) and path.name != be.suffix else path.stem
     folder = Path(out_dir if out_dir is not None else path.parent) / f"{stem}-{be.name}-{where.name}"
     with using(progress) as reporter:

@@ -240,13 +240,13 @@ def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int 
 
     record = sidecar.read(path)
     be = backends.get(record.backend)
-    spec = trusted_spec(record, trust_code, allow_pickle)
+    spec = trusted_spec(record, trust_code, allow_pickle, beside=path)
     changed = integrity_problem(be, path, record)
     here = be.runs_here_for(record)
     if changed and (not here.ok or not_a_file(path, be.files(path, record))):  # nothing to run, or it would block
         raise ParityError(damaged(path, changed), result_of(record, path, {}) | {"artifact_modified": True})
     require(here, record.backend)
-    check_weights_unchanged(spec, record.source.weights_sha256)
+    check_weights_unchanged(spec, record.source.weights_sha256, path)
     progress.step(f"rebuilding {spec.model}")
     loaded = load(spec)
     if list(loaded.input_shape[1:]) != list(record.input_shape[1:]):
@@ -277,12 +277,13 @@ def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int 
     return result
 
 
-def trusted_spec(record: ArtifactRecord, trust_code: bool, allow_pickle: bool) -> SourceSpec:
+def trusted_spec(record: ArtifactRecord, trust_code: bool, allow_pickle: bool, beside: Path | None = None) -> SourceSpec:
     """The recorded model spec, refused when rebuilding it would import Python code the user has not
-    agreed to run; the sidecar's own `allow_pickle` is never honoured."""
+    agreed to run; the sidecar's own `allow_pickle` is never honoured. A reference program the spec
+    names (`exported:FILE`, a model held in memory at export) is found beside the artifact `beside`."""
     from dataclasses import replace
 
-    from vitexport.models.sources import runs_user_code
+    from vitexport.models.sources import kind_of, runs_user_code
 
     try:
         spec = SourceSpec.from_dict(record.source.spec)
@@ -291,7 +292,23 @@ def trusted_spec(record: ArtifactRecord, trust_code: bool, allow_pickle: bool) -
     if runs_user_code(spec.model) and not trust_code:
         raise UsageError(f"rebuilding this model imports Python code named in the sidecar ({spec.model}); "
                          "read it, then pass --trust-code to run it")
+    if beside is not None and kind_of(spec.model) == "exported":
+        spec = replace(spec, model="exported:" + str(reference_beside(spec.model.partition(":")[2], Path(beside))))
     return replace(spec, allow_pickle=allow_pickle)
+
+
+def reference_beside(recorded: str, artifact: Path) -> Path:
+    """Where the reference program `recorded` lies for `artifact`: a relative name beside it (or one
+    folder up, for an artifact kept under failed/); a path that no longer exists, by its name there."""
+    recorded_path = Path(recorded)
+    if recorded_path.is_absolute() and recorded_path.exists():
+        return recorded_path
+    folder = Path(artifact).absolute().parent
+    name = recorded_path if not recorded_path.is_absolute() else Path(recorded_path.name)
+    for place in (folder, folder.parent):
+        if (place / name).exists():
+            return place / name
+    return folder / name
 
 
 def integrity_problem(be: Backend, path: Path, record: ArtifactRecord) -> str | None:
@@ -430,12 +447,22 @@ def new_record(loaded: LoadedModel, artifact, options: ExportOptions, seed: int,
         upstream={"artifact": upstream.path.name, "sha256": upstream.record.artifact_sha256} if upstream else None)
 
 
-def check_weights_unchanged(spec: SourceSpec, recorded: str | None) -> None:
-    """The weights the spec reads (--weights, or an hf: directory's) are the ones the sidecar recorded."""
-    from vitexport.models.sources import weights_identity
+def check_weights_unchanged(spec: SourceSpec, recorded: str | None, artifact: Path | None = None) -> None:
+    """The weights the spec reads (--weights, or an hf: directory's) are the ones the sidecar recorded.
+    A reference program (a model held in memory at export) that is missing or changed is damage:
+    ParityError (exit 4), never a pass."""
+    from vitexport.models.sources import kind_of, weights_identity
 
+    whose = f"{artifact.name}'s reference program" if artifact is not None else "the reference program"
+    if kind_of(spec.model) == "exported" and recorded:
+        where = Path(spec.model.partition(":")[2])
+        if not where.is_file():
+            raise ParityError(f"{whose} {where.name} is missing (it should lie beside the artifact)")
     found = weights_identity(spec)
     if found and recorded and found[1] != recorded:
+        if kind_of(spec.model) == "exported":
+            raise ParityError(f"{whose} {Path(found[0]).name} is damaged or changed since export "
+                              "(its sha256 differs from the sidecar's)")
         raise WeightsError(f"{found[0]} changed since export (sha256 differs from the sidecar's)")
 
 

@@ -36,6 +36,9 @@ class SourceRecord:
     input_shape: list[int]
     preprocessing: dict[str, Any]
     notes: list[str] = field(default_factory=list)  # what vitexport chose or changed to load and export it
+    # A model held in memory: where its reference program lives, beside the artifact, and what it was
+    # made from ({"file", "sha256", "class", "params_sha256", "feeds"}); None for every other source.
+    reference: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

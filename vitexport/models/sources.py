@@ -1,7 +1,8 @@
 """Resolve a model spec into an eval-mode nn.Module with a known input shape.
 
 Specs: a preset name (`tiny`), `torchvision:NAME`, `timm:NAME`, `hf:DIR` (a Hugging Face
-`save_pretrained` directory, see vitexport.models.hf), `path/to/file.py:factory`, `pkg.module:factory`.
+`save_pretrained` directory, see vitexport.models.hf), `path/to/file.py:factory`, `pkg.module:factory`,
+`exported:FILE.pt2` (a reference program, see vitexport.models.reference).
 Weights come from .safetensors or a torch checkpoint loaded with `weights_only=True`; pickles are
 refused unless the user allows them.
 """
@@ -61,13 +62,14 @@ class LoadedModel:
     model: Any  # torch.nn.Module in eval mode
     input_shape: tuple[int, int, int, int]  # (N, C, H, W); N is the static batch
     name: str  # file-name friendly
-    kind: str  # preset | torchvision | timm | hf | file | module
+    kind: str  # preset | torchvision | timm | hf | file | module | exported | memory
     config: configs.ViTConfig | None = None
     weights_sha256: str | None = None
     preprocessing: dict[str, Any] = field(default_factory=dict)
     output_names: list[str] | None = None  # a model with several outputs names them; else --output-name
     weights_file: str | None = None  # the file weights_sha256 is of
     notes: list[str] = field(default_factory=list)  # what vitexport chose or changed to load and export it
+    reference: dict[str, Any] | None = None  # a model held in memory: its reference program (sidecar's source)
     # Work done once for this model and reused by every export of it in this process (optimize builds
     # many candidates from one load): PyTorch's outputs for an input already checked, a backend's
     # intermediate (its graph before quantization, say). Keys name what the value was made from.
@@ -95,7 +97,8 @@ class LoadedModel:
         return SourceRecord(spec=self.spec.to_dict(), kind=self.kind,
                             config=self.config.to_dict() if self.config else None,
                             weights_sha256=self.weights_sha256, input_shape=list(self.input_shape),
-                            preprocessing=self.preprocessing, notes=list(self.notes))
+                            preprocessing=self.preprocessing, notes=list(self.notes),
+                            reference=dict(self.reference) if self.reference else None)
 
 
 # Largest input a model of the user's own is given: beyond these, a typo would exhaust memory.
@@ -136,8 +139,9 @@ def load(spec: SourceSpec) -> LoadedModel:
     kind = _kind_of(spec.model)
     if spec.overrides and kind != "preset":
         raise ConfigError("--set applies to presets only; configure your own model in its factory")
-    if spec.weights and kind == "hf":
-        raise SourceError("--weights does not apply to hf: models; their weights are the directory's model.safetensors")
+    if spec.weights and kind in ("hf", "exported"):
+        raise SourceError(f"--weights does not apply to {kind}: models; their weights are in the "
+                          + ("directory's model.safetensors" if kind == "hf" else "program file"))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         built = _BUILDERS[kind](spec)
@@ -155,7 +159,7 @@ def load(spec: SourceSpec) -> LoadedModel:
         raise ConfigError(f"--input-shape {','.join(map(str, shape))} does not match the preset's "
                           f"{cfg.in_chans}x{cfg.image_hw[0]}x{cfg.image_hw[1]} input; use --set image_size=... instead")
     model.eval()
-    _materialise_lazy(model, shape)
+    materialise_lazy(model, shape)
     digest, weights_file = built.weights_sha256, built.weights_file
     if spec.weights:
         digest, note = _load_weights(model, Path(spec.weights), spec.allow_pickle)
@@ -173,7 +177,7 @@ def load(spec: SourceSpec) -> LoadedModel:
     preprocessing.setdefault("size", list(shape[2:]))
     output_names = _output_names(model, spec)
     if runs_user_code(spec.model):  # a user's own module may return anything: look before exporting it
-        model, output_names = _user_outputs(model, shape, spec, output_names)
+        model, output_names = user_outputs(model, shape, spec, output_names)
     return LoadedModel(spec, model, shape, name, kind, cfg, digest, preprocessing, output_names, weights_file, notes)
 
 
@@ -204,7 +208,15 @@ def weights_identity(spec: SourceSpec) -> tuple[str, str] | None:
         from vitexport.models.hf.files import weights_identity as hf_weights
 
         return hf_weights(spec.model.partition(":")[2])
+    if _kind_of(spec.model) == "exported":  # the program file is the model's weights and graph
+        path = Path(spec.model.partition(":")[2])
+        return (str(path), sha256_file(path)) if path.is_file() else None
     return None
+
+
+def kind_of(model: str) -> str:
+    """Which kind of source a model spec names (preset, torchvision, timm, hf, file, module, exported)."""
+    return _kind_of(model)
 
 
 def runs_user_code(model: str) -> bool:
@@ -217,7 +229,7 @@ def _kind_of(model: str) -> str:
     if ":" not in model:
         return "preset"
     prefix, _, rest = model.partition(":")
-    if prefix in ("torchvision", "timm", "hf"):
+    if prefix in ("torchvision", "timm", "hf", "exported"):
         return prefix
     if not rest:
         raise SourceError(f"model spec {model!r} lacks a factory name after ':'")
@@ -269,8 +281,14 @@ def _build_hf(spec: SourceSpec):
     return build(spec)
 
 
+def _build_exported(spec: SourceSpec):
+    from vitexport.models.reference import build
+
+    return build(spec)
+
+
 _BUILDERS = {"preset": _build_preset, "torchvision": _build_torchvision, "timm": _build_timm, "hf": _build_hf,
-             "file": build_file, "module": build_module}
+             "file": build_file, "module": build_module, "exported": _build_exported}
 
 
 def _shape_from_module(model, spec_text: str) -> tuple[int, ...] | None:
@@ -296,7 +314,7 @@ def _output_names(model, spec: SourceSpec) -> list[str] | None:
     return list(names)
 
 
-def _user_outputs(model, shape, spec: SourceSpec, given: list[str] | None):
+def user_outputs(model, shape, spec: SourceSpec, given: list[str] | None):
     """The model, flattened to return tensors only when its output is a dict, dataclass, namedtuple or
     a nesting (vitexport.models.outputs), and its outputs' names. A model whose outputs are the same for two
     different inputs is refused: there is nothing to export or check, and exporters drop its input;
@@ -349,7 +367,7 @@ def _hides_features(model, x, y) -> bool:
         return isinstance(constant_head(model, x.numpy()), Head)
 
 
-def _materialise_lazy(model, shape) -> None:
+def materialise_lazy(model, shape) -> None:
     """Run one dry forward so Lazy* modules get their shapes before weights load or export."""
     import torch
     from torch.nn.parameter import UninitializedParameter

@@ -49,6 +49,16 @@ class Spec(Record):
     seed: Count = 0
 
 
+class Reference(Record):
+    """A model held in memory at export: its reference program, a file beside the artifact."""
+
+    file: str = Field(pattern=r"^[^/\\]+\.reference\.pt2$")  # a file name, never a path elsewhere
+    sha256: Sha256
+    class_name: str = Field(alias="class")
+    params_sha256: Sha256
+    feeds: list[str] = []
+
+
 class Source(Record):
     spec: Spec
     kind: str
@@ -57,6 +67,7 @@ class Source(Record):
     input_shape: list[Size]
     preprocessing: dict[str, Any]
     notes: list[str] = []
+    reference: Optional[Reference] = None
 
 
 class Check(Record):

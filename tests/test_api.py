@@ -44,7 +44,7 @@ def test_build_model_refuses_a_bad_spec_with_the_exports_error():
 
 
 @pytest.mark.parametrize("call,named", [
-    (lambda: api.build_model(42), "api.build_model: spec should be a SourceSpec or a model spec string, not int"),
+    (lambda: api.build_model(42), "api.build_model: spec should be a SourceSpec, a model spec string or an nn.Module"),
     (lambda: api.build_model({"model": "tiny"}), "api.build_model: spec should be"),
     (lambda: api.build_model(api.SourceSpec(42)), "api.build_model: spec.model should be a model spec string"),
     (lambda: api.build_model(api.SourceSpec("tiny", seed="1")), "spec.seed should be a whole number, not str"),
@@ -65,3 +65,18 @@ def test_arguments_of_the_wrong_type_are_a_type_error_naming_them(call, named):
     with pytest.raises(TypeError) as caught:
         call()
     assert named in str(caught.value)
+
+
+def test_a_module_is_a_source_wherever_a_spec_is():
+    """export, bench, optimize and build_model take an nn.Module; package is there for its artifacts."""
+    import inspect
+
+    from notebook_vit import make
+
+    model = make()
+    assert api.build_model(model) is model
+    for name in ("export", "bench", "optimize"):
+        assert {"input_shape", "example_inputs"} <= set(inspect.signature(getattr(api, name)).parameters)
+    assert "package" in api.__all__ and "optimize" in api.__all__
+    with pytest.raises(TypeError, match="api.bench: input_shape is for a model held in memory"):
+        api.bench(api.SourceSpec("tiny"), ["torch"], [1], input_shape=(1, 3, 32, 32))

@@ -220,7 +220,8 @@ def _check_keywords(function: str, keywords: dict[str, Any]) -> None:
 def _check_spec(function: str, spec: Any, text_too: bool = False) -> None:
     """A SourceSpec whose fields have their types (or, where `text_too`, a model spec string)."""
     _check(function, "spec", spec, (SourceSpec, str) if text_too else SourceSpec,
-           "a SourceSpec or a model spec string" if text_too else "a SourceSpec, such as api.SourceSpec('tiny')")
+           "a SourceSpec, a model spec string or an nn.Module" if text_too
+           else "a SourceSpec, such as api.SourceSpec('tiny'), or an nn.Module")
     if isinstance(spec, str):
         return
     _check(function, "spec.model", spec.model, str, "a model spec string")

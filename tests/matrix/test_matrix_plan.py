@@ -202,3 +202,15 @@ def test_help_and_the_local_path_do_not_import_ray():
     subprocess.run([sys.executable, "-c", code], check=True)
     out = subprocess.run([sys.executable, "-m", "vitexport", "matrix", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--ray" in out.stdout
+
+
+def test_a_reference_program_is_a_model_of_a_plan_found_from_the_plans_folder(tmp_path, monkeypatch):
+    """A model held in memory reaches a matrix through its reference program (`exported:FILE`)."""
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "m.0123456789ab.reference.pt2").write_bytes(b"")
+    text = GOOD.replace('config = "tiny"\nset = { depth = 1 }', 'model = "exported:../m.0123456789ab.reference.pt2"')
+    monkeypatch.chdir("/")
+    plan = load_plan(write(tmp_path / "plans", text))
+    assert plan.models[0].spec.model == f"exported:{tmp_path / 'm.0123456789ab.reference.pt2'}"
+    missing = refused(tmp_path, text.replace("../m.0123456789ab", "../gone"))
+    assert "gone.reference.pt2 is not a file" in missing

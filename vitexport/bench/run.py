@@ -21,7 +21,7 @@ from vitexport.core.options import check_number
 from vitexport.core.progress import Progress, ProgressLike, using
 from vitexport.export import sidecar
 from vitexport.export.sidecar import ArtifactRecord
-from vitexport.models.sources import SourceSpec
+from vitexport.models.sources import SourceSpec, display_name
 
 
 def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str, *, artifacts: list[str | Path] = (),
@@ -193,6 +193,7 @@ def measure_all(spec: SourceSpec | None, targets: list[str], settings: Settings,
     known = backends.bench_targets()
     sources, model_name, gflops = sources_for(spec, [known[t] for t in targets], settings.batches, artifacts, out,
                                               settings.seed, trust_code, progress)
+    model_name = display_name(model_name)
     # Before any timing: a user's file, or one of this run's inputs, stays.
     reports.check_writable(out / f"bench-{safe_name(model_name)}", run_inputs(artifacts, old_path, base_artifacts))
     plan = planned_rows("candidate", sources, targets, settings, model_name)

@@ -218,8 +218,14 @@ class _Reader(PlanValues):
         return out
 
     def model_spec(self, text: str, key: str) -> str:
-        """`hf:DIR` and `file.py:factory` point into the file system: anchored at the plan's folder."""
+        """`hf:DIR`, `exported:FILE` and `file.py:factory` point into the file system: anchored at the
+        plan's folder."""
         prefix, _, rest = text.partition(":")
+        if prefix == "exported":
+            file = self.anchored(rest)
+            if not file.is_file():
+                raise self.fail(key, f"{file} is not a file")
+            return f"exported:{file}"
         if prefix == "hf":
             folder = self.anchored(rest)
             if not folder.is_dir():

@@ -219,6 +219,13 @@ def kind_of(model: str) -> str:
     return _kind_of(model)
 
 
+def display_name(model: str) -> str:
+    """A model spec as reports name it: a reference program by its model's name, not its path."""
+    if _kind_of(model) == "exported":
+        return Path(model.partition(":")[2]).name.removesuffix(".reference.pt2").rsplit(".", 1)[0] or model
+    return model
+
+
 def runs_user_code(model: str) -> bool:
     """Whether building `model` imports Python code outside vitexport and the libraries it names
     (a file.py:factory or pkg.module:factory spec)."""

@@ -5,7 +5,7 @@ notebook display of results, progress and errors is checked in a kernel here too
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 
 import pytest
@@ -45,22 +45,29 @@ def test_each_notebook_runs_in_a_kernel(path, tmp_path, monkeypatch):
     notebook = execute(nbformat.read(path, as_version=4), tmp_path, kernel)
     code = [c for c in notebook.cells if c.cell_type == "code"]
     html = "\n".join(h for c in code for h in texts(c, "text/html"))
-    # Every backend exported and verified from memory, shown as HTML; the bench page inline.
+    # Every backend exported from memory and verified, each shown as HTML; packaged; the bench page inline.
     for backend in ("onnx", "openvino", "torchscript", "coreml", "executorch"):
         assert f"vitexport export: {backend}" in html, backend
-    assert html.count(">verified</b>") >= 5 and "vitexport bench:" in html and "<iframe" in html
-    assert "vitexport package: linux" in html
-    # No terminal escape codes and no traceback anywhere in what the notebook shows.
-    shown = "\n".join(t for c in code for t in texts(c))
-    assert "\x1b[" not in shown + html and "Traceback" not in shown
-    # What the fresh processes said: every artifact verified there (exit 0).
-    verdicts = [json.loads(line) for line in shown.splitlines() if line.startswith('{"fresh process"')]
-    assert len(verdicts) >= 5 and all(v["exit"] == 0 and v["status"] == "verified" for v in verdicts), verdicts
+    assert html.count(">verified</b>") >= 5 and "vitexport package: linux" in html
+    assert "vitexport bench:" in html and "<iframe" in html
+    # Verified again in fresh processes, where the class does not exist; a changed artifact fails (exit 4).
+    said = "\n".join(t for c in code for t in texts(c))
+    verdicts = re.findall(r"^(\S+): (verified in a fresh process \(exit 0\).*|exit \d+: .*)$", said, re.M)
+    passed = [name for name, verdict in verdicts if verdict.startswith("verified")]
+    failed = [(name, verdict) for name, verdict in verdicts if not verdict.startswith("verified")]
+    assert len(passed) >= (5 if "handwritten" in path.name else 1), verdicts
+    assert failed == ([("vit-torchscript.pt", failed[0][1])] if "handwritten" in path.name else []), failed
+    assert not failed or failed[0][1].startswith("exit 4: parity failed: vit-torchscript.pt is corrupt or changed")
+    # What the notebook shows has no traceback, and no terminal codes but the colours Jupyter draws.
+    shown = [t for c in code for o in c.outputs if o.output_type in ("display_data", "execute_result")
+             for t in o.data.values() if isinstance(t, str)]
+    assert not [t for t in shown if "\x1b[" in t] and "Traceback" not in said
+    assert not re.search(r"\x1b\[\d*[ABCDEFGHJK]|\r(?!\n)", said), "a bar drawn with terminal codes"
 
 
 def test_results_progress_and_errors_display_in_a_kernel(tmp_path, monkeypatch):
     """In a real kernel: the bar is one output redrawn in place, a vitexport error one line (no
-    traceback), the user's own error its usual traceback."""
+    traceback), the user's own error its usual traceback, libraries' stderr held back."""
     kernel = use_this_interpreter(tmp_path / "jupyter", monkeypatch)
     cells = [
         "from vitexport.report import notebook\n"
@@ -75,9 +82,16 @@ def test_results_progress_and_errors_display_in_a_kernel(tmp_path, monkeypatch):
         "raise UsageError('unknown preset \"nope\": pick one of tiny, small')",
         "notebook.shown({'backend': 'onnx', 'artifact': 'a.onnx', 'status': 'verified'}, 'export')",
         "def forward(x):\n    raise ValueError('the model says no')\nforward(1)",
+        "import os, sys, warnings\n"
+        "with notebook.held_back():\n"
+        "    os.write(2, b'a C++ log line\\n')\n"
+        "    print('a progress bar', file=sys.stderr)\n"
+        "    warnings.warn('a deprecation')\n"
+        "    print('the notebook says')\n"
+        "print('and after', file=sys.stderr)",
     ]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    bar, error, result, own = execute(notebook, tmp_path, kernel, cell_timeout=120, allow_errors=True).cells
+    bar, error, result, own, chatter = execute(notebook, tmp_path, kernel, cell_timeout=120, allow_errors=True).cells
 
     [drawn] = [o for o in bar.outputs if o.output_type == "display_data"]  # one output, updated in place
     assert drawn.data["text/plain"].splitlines()[0].startswith("✓ exporting")
@@ -92,3 +106,6 @@ def test_results_progress_and_errors_display_in_a_kernel(tmp_path, monkeypatch):
 
     [raised] = [o for o in own.outputs if o.output_type == "error"]
     assert raised.ename == "ValueError" and any("forward" in line for line in raised.traceback)
+
+    # Libraries' chatter is held back while the API works; the notebook's own output is not.
+    assert "".join(texts(chatter)).split() == "the notebook says and after".split()

@@ -8,6 +8,8 @@ place, and vitexport's errors shown as the one line the CLI prints.
 - `NotebookProgress` draws the steps of a long call as HTML through one IPython display handle,
   updated in place (no widgets, never terminal escape codes); `progress_for_api()` picks it inside
   a Jupyter kernel and stays silent elsewhere.
+- `held_back()` holds back what libraries write to stderr while the API works in a kernel (C++ logs,
+  warnings, converters' progress bars), as the CLI does on a terminal.
 - `install_error_display()` registers an IPython handler through `InteractiveShell.set_custom_exc`:
   a vitexport error (and the API's TypeError for a wrong argument) shows as its message and what its
   exit code means, not as a traceback through vitexport's internals; `%tb` still shows the traceback.
@@ -20,11 +22,14 @@ notebook already runs it; Jinja2 and the page renderer only when something is dr
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from vitexport.core.errors import ExitCode, VitexportError
 from vitexport.core.progress import SILENT, Progress
@@ -249,6 +254,54 @@ def progress_for_api() -> Progress:
     return NotebookProgress() if in_kernel() else SILENT
 
 
+_holding = False  # a call of the API inside another (bench of a module) holds nothing more
+
+
+@contextlib.contextmanager
+def held_back() -> Iterator[None]:
+    """In a Jupyter kernel, what libraries write to stderr during the block goes to a temporary file
+    instead of the cell's output: C and C++ logs through file descriptor 2, Python warnings and
+    converters' progress bars through `sys.stderr`, and what helper processes inherit. With
+    VITEXPORT_VERBOSE=1 it is shown after the block, under a heading saying whose it is. Outside a
+    kernel nothing changes (the CLI holds its own back: vitexport.core.chatter)."""
+    global _holding
+    from vitexport.core import chatter
+
+    if _holding or not in_kernel():
+        yield
+        return
+    _holding = True
+    sys.stderr.flush()
+    saved = os.dup(2)
+    held = tempfile.TemporaryFile()
+    os.dup2(held.fileno(), 2)  # fd 2 and this stream share the file's offset: nothing overwrites
+    stream = open(2, "w", buffering=1, errors="replace", closefd=False)
+    try:
+        with contextlib.redirect_stderr(stream):
+            yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        _holding = False
+        with held:
+            held.seek(0)
+            text = held.read().decode("utf-8", errors="replace").rstrip("\n")
+        if text and chatter.verbose_from_environment():
+            sys.stderr.write(f"--- what libraries wrote to stderr ---\n{text}\n--- end of library output ---\n")
+
+
+def _display(obj: Any, **keywords: Any) -> Any:
+    """IPython's `display` of `obj` (its handle, with `display_id=True`); nothing without IPython, where
+    there is no notebook to draw in."""
+    try:
+        from IPython.display import display
+    except ImportError:
+        return None
+    return display(obj, **keywords)
+
+
 class _Drawing:
     """What one update displays: HTML for a notebook, plain lines for a frontend without it."""
 
@@ -322,11 +375,9 @@ class NotebookProgress(Progress):
     def _draw(self, now: bool = False) -> None:
         if not now and self.clock() - self.drawn_at < self.interval:
             return
-        from IPython.display import display
-
         self.drawn_at = self.clock()
         if self.handle is None:
-            self.handle = display(self.drawing(), display_id=True)
+            self.handle = _display(self.drawing(), display_id=True)
         else:
             self.handle.update(self.drawing())
 
@@ -371,15 +422,13 @@ def _handler(shell, etype, value, tb, tb_offset=None):
     if not is_ours(value):
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         return None
-    from IPython.display import display
-
     sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb  # %tb shows where it came from
     if sys.version_info >= (3, 12):
         sys.last_exc = value
-    display(error_drawing(value))
+    _display(error_drawing(value))
     result = getattr(value, "result", None)
     if isinstance(result, dict) and isinstance(result.get("parity"), dict):
-        display(Shown(result, "verify" if "artifact_modified" in result else "export"))
+        _display(Shown(result, "verify" if "artifact_modified" in result else "export"))
     return None
 
 

@@ -34,7 +34,7 @@ def test_notebooks_are_kept_without_outputs(path):
     dirty = [i for i, c in enumerate(notebook.cells) if c.cell_type == "code" and
              (c.get("outputs") or c.get("execution_count") is not None)]
     assert not dirty, f"{path.name}: cells {dirty} keep outputs; clear them before committing " \
-                      "(jupyter nbconvert --clear-output --inplace)"
+                      "(Jupyter: Clear Outputs of All Cells)"
     assert "widgets" not in notebook.metadata
 
 

@@ -136,3 +136,25 @@ def test_shape_arguments_are_for_modules_only():
 def _reference_of(result) -> Path:
     record = sidecar.read(Path(result["artifact"]))
     return Path(result["artifact"]).parent / record.source.reference["file"]
+
+
+@pytest.mark.parametrize("backend", [be.name for be in backends.exporters() if be.builds_from is None and
+                                     "dynamic_batch" in {f.name for f in dataclasses.fields(be.Options)}])
+def test_a_reference_program_exports_with_a_dynamic_batch(onnx_export, tmp_path, backend):
+    """bench, optimize and matrices export from the reference program, in other processes: tracing
+    exporters must follow its batch, not write the traced one into the graph."""
+    if not backends.get(backend).availability().ok:
+        pytest.skip(f"{backend}: {backends.get(backend).availability().reason}")
+    options = dataclasses.replace(_options(backend), dynamic_batch=True)
+    result = api.export(backend, api.SourceSpec(f"exported:{_reference_of(onnx_export)}"), options, tmp_path)
+    assert result["status"] == "verified", result["parity"]
+    assert len(result["parity"]["batches"]) > 1  # checked at several batches (Core ML: enumerated ones)
+
+
+def test_a_module_is_benchmarked_from_its_reference(tmp_path):
+    """api.bench of a module: its reference program is recorded into out_dir and every runtime's
+    process (the torch row too) rebuilds the model from it."""
+    report = api.bench(make(), ["torch", "onnxruntime"], [1], input_shape=SHAPE, out_dir=tmp_path, iters=3,
+                       warmup_iters=1, warmup_s=0.0, rounds=1, roofline=False)
+    assert {row["backend"] for row in report["results"]} >= {"torch", "onnxruntime"}
+    assert report["model"] == "notebookvit" and len(list(tmp_path.glob("*.reference.pt2"))) == 1

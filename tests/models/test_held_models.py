@@ -130,3 +130,13 @@ def test_the_reference_is_named_by_the_parameters():
         pass
     assert first.reference["file"].startswith("notebookvit.") and first.reference["file"] != second.reference["file"]
     assert first.spec.model == "exported:" + first.reference["file"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_model_on_a_gpu_is_exported_from_a_cpu_copy_and_stays_there():
+    model = make().cuda()
+    with held(model, input_shape=(1, 3, 32, 32)) as loaded:
+        assert all(p.device.type == "cpu" for p in loaded.model.parameters())
+        assert any("a copy on the CPU is exported" in note for note in loaded.notes)
+    assert all(p.device.type == "cuda" for p in model.parameters())

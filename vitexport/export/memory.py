@@ -66,7 +66,10 @@ def record_reference(loaded: LoadedModel, out: Path, images, seed: int, progress
 
         from vitexport.models.sources import export_mode
 
+        # At batch 2 at least: torch.export specialises a dimension of size 1, so a program captured at
+        # batch 1 would have a fixed batch (then run in chunks, which a later trace would bake in).
         example = torch.from_numpy(golden[f"input/{feeds[0]}"])
+        example = example.repeat(2, *([1] * (example.dim() - 1))) if example.shape[0] < 2 else example
         with export_mode():
             found = reference.write(loaded.model, example, path, meta, golden), feeds
     loaded.reference.update(sha256=found[0], feeds=found[1])

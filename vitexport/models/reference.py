@@ -208,12 +208,34 @@ def _chunked(program, x, batch: int):
     return joined if several else joined[0]
 
 
+# Ops whose sizes a tracer reads as numbers when called as ops, and follows when called as methods.
+SIZED_METHODS = frozenset({"view", "reshape", "expand", "unflatten", "repeat", "new_zeros", "new_ones", "new_full",
+                           "new_empty"})
+
+
+def _traceable(program):
+    """The program with its size reads as `Tensor.size` calls and its reshapes as Tensor methods. A
+    tracer (TorchScript, the legacy ONNX exporter, OpenVINO's TorchScript frontend) records those as
+    sizes of the input; the program's `aten.sym_size` and `aten.view(x, [s, ...])` would give it
+    numbers to write into the graph, fixing the batch at the one traced."""
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        name = node.target.__name__.split(".")[0]
+        if node.target is torch.ops.aten.sym_size.int:
+            node.op, node.target = "call_method", "size"
+        elif name in SIZED_METHODS and not node.kwargs:
+            node.op, node.target = "call_method", name
+    program.recompile()
+    return program
+
+
 class ReferenceModule(torch.nn.Module):
     """The program as an `nn.Module` taking any batch, with the names of its outputs."""
 
     def __init__(self, program, static_batch: int, dynamic: bool, output_names: list[str] | None):
         super().__init__()
-        self.program, self.static_batch, self.dynamic = program, static_batch, dynamic
+        self.program, self.static_batch, self.dynamic = _traceable(program), static_batch, dynamic
         if output_names and len(output_names) > 1:
             self.output_names = list(output_names)
 

@@ -231,6 +231,36 @@ def test_the_bar_redraws_a_note_at_most_every_interval_but_a_step_at_once(shell)
     assert 'value="51"' in captured.outputs[1].data["text/html"]
 
 
+def test_a_call_that_fails_leaves_its_step_stopped_not_done(shell, monkeypatch):
+    """The API's wrapper: a bar of its own in a kernel, closed when the call ends, its step marked
+    stopped when the call raised; a reporter the caller gave is passed on untouched."""
+    import IPython
+    from IPython.utils.capture import capture_output
+
+    class Kernel:
+        kernel = object()
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: Kernel())
+    with capture_output() as captured, pytest.raises(UsageError):
+        with notebook.api_call() as bar:
+            bar.step("exporting")
+            bar.step("checking against PyTorch", total=2)
+            raise UsageError("bad input")
+    last = captured.outputs[-1].data
+    assert last["text/plain"].splitlines()[-1] == "✗ checking against PyTorch 0/2 (stopped)"
+    assert "✗" in last["text/html"] and "stopped" in last["text/html"]
+
+    with capture_output() as captured:
+        with notebook.api_call() as bar:
+            bar.step("exporting")
+    assert captured.outputs[-1].data["text/plain"].startswith("✓ exporting")
+
+    given = NotebookProgress()
+    with notebook.api_call(given) as passed:
+        assert passed is given  # the caller's, as given
+    assert given.handle is None  # and left for the caller to draw and close
+
+
 def test_the_api_draws_a_bar_only_in_a_kernel(shell, monkeypatch):
     import IPython
 

@@ -318,5 +318,17 @@ def test_a_parity_failure_shows_its_line_and_its_checks(shell):
     assert ">FAILED</b>" in table.data["text/html"] and "random b=2" in table.data["text/html"]
 
 
+def test_a_regression_shows_the_report_that_failed_its_baseline(shell):
+    from vitexport.core.errors import RegressionError
+
+    notebook.install_error_display(shell)
+    shell.user_ns["slower"] = RegressionError("onnxruntime b1 is 20% slower than the baseline", samples()["bench"])
+    _, captured = run(shell, "raise slower")
+    line, table = captured.outputs
+    assert line.data["text/plain"].startswith("regression: onnxruntime b1 is 20% slower") and \
+        line.data["text/plain"].endswith("(exit 5: worse than the baseline beyond its margin)")
+    assert "vitexport bench:" in table.data["text/html"]
+
+
 def test_outside_ipython_nothing_is_installed():
     assert notebook.install_error_display() is False and not notebook.in_kernel()

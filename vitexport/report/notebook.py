@@ -311,8 +311,20 @@ def _handler(shell, etype, value, tb, tb_offset=None):
         sys.last_exc = value
     _display(error_drawing(value))
     result = getattr(value, "result", None)
-    if isinstance(result, dict) and isinstance(result.get("parity"), dict):
-        _display(Shown(result, "verify" if "artifact_modified" in result else "export"))
+    kind = kind_of(result) if isinstance(result, dict) else None
+    if kind is not None:  # what failed its check or its baseline: the table says where
+        _display(Shown(result, kind))
+    return None
+
+
+def kind_of(result: dict) -> str | None:
+    """Which kind of result an error carries (a ParityError's or RegressionError's), if one shown here."""
+    if isinstance(result.get("candidates"), list):
+        return "optimize"
+    if isinstance(result.get("results"), list):
+        return "bench"
+    if isinstance(result.get("parity"), dict):
+        return "verify" if "artifact_modified" in result else "export"
     return None
 
 

@@ -68,6 +68,7 @@ class Source(Record):
     preprocessing: dict[str, Any]
     notes: list[str] = []
     reference: Optional[Reference] = None
+    task: Literal["classification", "embedding", "depth", "segmentation", "detection", "matting"] = "classification"
 
 
 class Check(Record):

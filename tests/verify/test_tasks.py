@@ -110,3 +110,13 @@ def test_reduced_precision_is_judged_by_the_tasks_gate(tmp_path, backend, option
     gates = {name for name, _, _ in tasks.gates_for(task, parity["precision"])}
     assert gates and gates <= set(parity["task_metrics"]) and "images" not in parity  # no top-1 on a depth map
     assert result["status"] in ("verified", "not-checked-here")
+
+
+def test_a_subnormal_reference_is_said_to_measure_rounding():
+    """Outputs around 1e-44 (a random head) make any comparison measure rounding, not the artifact."""
+    from vitexport.verify.parity import metrics
+
+    ref = np.full((1, 4), 1e-44, dtype=np.float32) * np.array([1, 2, 3, 4], dtype=np.float32)
+    result = metrics(ref, ref * 1.5, Tolerance(1e-4, 1e-3, 0.99999))
+    assert not result["passed"] and result["subnormal_reference"]
+    assert "subnormal" in result["reason"] and "measures rounding" in result["reason"]

@@ -120,3 +120,21 @@ def test_a_subnormal_reference_is_said_to_measure_rounding():
     result = metrics(ref, ref * 1.5, Tolerance(1e-4, 1e-3, 0.99999))
     assert not result["passed"] and result["subnormal_reference"]
     assert "subnormal" in result["reason"] and "measures rounding" in result["reason"]
+
+
+def test_the_task_can_be_given_on_the_command_line_and_is_recorded(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from vitexport.cli.app import app
+    from vitexport.export import sidecar
+
+    model = f"{ROOT / 'tests' / 'task_models.py'}:embedding"
+    run = CliRunner().invoke(app, ["torchscript", "--model", model, "--task", "depth", "--out", str(tmp_path), "--json"])
+    assert run.exit_code == 0, run.output
+    result = json.loads(run.stdout)
+    assert result["parity"]["task"] == "depth" and "abs_rel" in result["parity"]["task_metrics"]
+    assert sidecar.read(Path(result["artifact"])).source.task == "depth"
+    bad = CliRunner().invoke(app, ["torchscript", "--model", model, "--task", "pose", "--out", str(tmp_path)])
+    assert bad.exit_code == 2 and "--task 'pose' is not one of" in bad.output

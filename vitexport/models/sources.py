@@ -37,11 +37,14 @@ class SourceSpec:
     allow_pickle: bool = False
     input_shape: tuple[int, ...] | None = None
     seed: int = 0  # seeds random init, so weightless models rebuild identically
+    task: str | None = None  # what the model does, when its code does not say (vitexport.verify.tasks)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["input_shape"] = list(self.input_shape) if self.input_shape else None
         d["overrides"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.overrides.items()}
+        if d["task"] is None:  # left out, so records and cache keys of models that do not say stay as they were
+            del d["task"]
         return d
 
     @classmethod
@@ -177,7 +180,7 @@ def load(spec: SourceSpec) -> LoadedModel:
         preprocessing = {"mean": list(configs.IMAGENET_MEAN), "std": list(configs.IMAGENET_STD)}
     preprocessing.setdefault("size", list(shape[2:]))
     output_names = _output_names(model, spec)
-    task = task_of(model, built.task, spec.model)  # before a wrapper that flattens outputs hides the attribute
+    task = task_of(model, spec.task or built.task, spec.model)  # before a wrapper that flattens outputs hides it
     if runs_user_code(spec.model):  # a user's own module may return anything: look before exporting it
         model, output_names = user_outputs(model, shape, spec, output_names)
     return LoadedModel(spec, model, shape, name, kind, cfg, digest, preprocessing, output_names, weights_file, notes,

@@ -47,6 +47,7 @@ class Spec(Record):
     allow_pickle: bool = False
     input_shape: Optional[list[Size]] = None
     seed: Count = 0
+    task: Optional[Literal["classification", "embedding", "depth", "segmentation", "detection", "matting"]] = None
 
 
 class Reference(Record):

@@ -230,6 +230,8 @@ def _check_spec(function: str, spec: Any, text_too: bool = False) -> None:
         _check(function, "spec.weights", spec.weights, (str, Path), "a weights file (str or Path) or None")
     _check(function, "spec.allow_pickle", spec.allow_pickle, bool, "True or False")
     _check(function, "spec.seed", spec.seed, int, "a whole number")
+    if spec.task is not None:
+        _check(function, "spec.task", spec.task, str, "a task name such as 'depth', or None")
     if spec.input_shape is not None:
         _check(function, "spec.input_shape", spec.input_shape, (tuple, list), "a tuple of sizes or None")
         for size in spec.input_shape:

@@ -69,14 +69,17 @@ def outputs(app: typer.Typer) -> list[tuple[str, str, Output]]:
 
 ConfigOpt = Annotated[Optional[str], typer.Option("--config", "-c", help="Built-in preset (see `vitexport configs`).")]
 ModelOpt = Annotated[Optional[str], typer.Option(
-    "--model", "-m", help="torchvision:NAME, timm:NAME, hf:DIR (a save_pretrained folder), path/to/file.py:factory "
-                          "or pkg.module:factory.")]
+    "--model", "-m", help="torchvision:NAME, timm:NAME, hf:DIR (a save_pretrained folder), path/to/file.py:factory, "
+                          "pkg.module:factory or exported:FILE.pt2 (a reference program).")]
 WeightsOpt = Annotated[Optional[Path], typer.Option("--weights", "-w", help=".safetensors or torch checkpoint."),
                        INPUT]
 PickleOpt = Annotated[bool, typer.Option("--allow-pickle", help="Allow unpickling a trusted checkpoint.")]
 ShapeOpt = Annotated[Optional[str], typer.Option("--input-shape", help="N,C,H,W (default: from preset/model).")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Override a preset field, e.g. depth=2.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random init and check inputs.")]
+TaskOpt = Annotated[Optional[str], typer.Option(
+    "--task", help="What the model does, when its code does not say (a `task` attribute): classification, "
+                   "embedding, depth, segmentation, detection or matting; its checks judge it in those terms.")]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder the output goes into."), Output("folder")]
 PackagesOpt = Annotated[Optional[list[Path]], typer.Option(
     "--packages", help="Package folders device reports are judged against, repeatable: each report is judged "
@@ -111,7 +114,7 @@ def command_param(name: str, annotation: Any, default: Any) -> inspect.Parameter
 SOURCE_PARAMS = [command_param("config", ConfigOpt, None), command_param("model", ModelOpt, None),
                  command_param("weights", WeightsOpt, None), command_param("allow_pickle", PickleOpt, False),
                  command_param("input_shape", ShapeOpt, None), command_param("overrides", SetOpt, None),
-                 command_param("seed", SeedOpt, 0)]
+                 command_param("seed", SeedOpt, 0), command_param("task", TaskOpt, None)]
 EXPORT_PARAMS = SOURCE_PARAMS + [
     command_param("out", OutOpt, Path("vitexport-out")), command_param("name", NameOpt, None),
     command_param("as_json", JsonOpt, False), command_param("no_verify", NoVerifyOpt, False),
@@ -122,7 +125,7 @@ EXPORT_PARAMS = SOURCE_PARAMS + [
 
 
 def source_spec(config: Optional[str], model: Optional[str], weights: Optional[Path], allow_pickle: bool,
-                input_shape: Optional[str], overrides: Optional[list[str]], seed: int):
+                input_shape: Optional[str], overrides: Optional[list[str]], seed: int, task: Optional[str] = None):
     """The model the source options name: a preset (--config) or any other source (--model). Neither is
     bad input: quietly exporting a default model would hand the user an artifact they did not ask for."""
     from vitexport.models.presets import parse_overrides
@@ -135,4 +138,12 @@ def source_spec(config: Optional[str], model: Optional[str], weights: Optional[P
         raise UsageError("name the model: --config NAME (a preset; `vitexport configs` lists them) or --model SPEC")
     return SourceSpec(model=spec, overrides=parse_overrides(overrides or []), weights=str(weights) if weights else None,
                       allow_pickle=allow_pickle, input_shape=parse_input_shape(input_shape) if input_shape else None,
-                      seed=seed)
+                      seed=seed, task=check_task(task) if task is not None else None)
+
+
+def check_task(task: str) -> str:
+    from vitexport.models.sources import TASKS
+
+    if task not in TASKS:
+        raise UsageError(f"--task {task!r} is not one of {', '.join(TASKS)}")
+    return task

@@ -23,6 +23,7 @@ class Built:
     weights_sha256: str | None = None  # weights the builder read itself (a Hugging Face directory's)
     weights_file: str | None = None
     notes: list[str] = field(default_factory=list)
+    task: str | None = None  # what the model does (vitexport.verify.tasks.TASKS); None: its `task` attribute
 
 
 @dataclass
@@ -39,6 +40,7 @@ class SourceRecord:
     # A model held in memory: where its reference program lives, beside the artifact, and what it was
     # made from ({"file", "sha256", "class", "params_sha256", "feeds"}); None for every other source.
     reference: dict[str, Any] | None = None
+    task: str = "classification"  # what the model does: which agreement its checks report and gate on
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -262,7 +262,7 @@ def build(spec) -> Built:
              "held in memory); no source code is needed"]
     return Built(reference.model, input_shape=tuple(shape), preprocessing=meta.get("preprocessing") or None,
                  name=meta.get("name") or path.name[:-len(SUFFIX)], weights_sha256=reference.sha256,
-                 weights_file=str(path), notes=notes)
+                 weights_file=str(path), notes=notes, task=meta.get("task") or "classification")
 
 
 def _first(error: Exception) -> str:

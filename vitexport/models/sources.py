@@ -37,11 +37,14 @@ class SourceSpec:
     allow_pickle: bool = False
     input_shape: tuple[int, ...] | None = None
     seed: int = 0  # seeds random init, so weightless models rebuild identically
+    task: str | None = None  # what the model does, when its code does not say (vitexport.verify.tasks)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["input_shape"] = list(self.input_shape) if self.input_shape else None
         d["overrides"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.overrides.items()}
+        if d["task"] is None:  # left out, so records and cache keys of models that do not say stay as they were
+            del d["task"]
         return d
 
     @classmethod
@@ -70,6 +73,7 @@ class LoadedModel:
     weights_file: str | None = None  # the file weights_sha256 is of
     notes: list[str] = field(default_factory=list)  # what vitexport chose or changed to load and export it
     reference: dict[str, Any] | None = None  # a model held in memory: its reference program (sidecar's source)
+    task: str = "classification"  # what the model does (vitexport.verify.tasks): how its checks judge it
     # Work done once for this model and reused by every export of it in this process (optimize builds
     # many candidates from one load): PyTorch's outputs for an input already checked, a backend's
     # intermediate (its graph before quantization, say). Keys name what the value was made from.
@@ -98,7 +102,7 @@ class LoadedModel:
                             config=self.config.to_dict() if self.config else None,
                             weights_sha256=self.weights_sha256, input_shape=list(self.input_shape),
                             preprocessing=self.preprocessing, notes=list(self.notes),
-                            reference=dict(self.reference) if self.reference else None)
+                            reference=dict(self.reference) if self.reference else None, task=self.task)
 
 
 # Largest input a model of the user's own is given: beyond these, a typo would exhaust memory.
@@ -176,9 +180,23 @@ def load(spec: SourceSpec) -> LoadedModel:
         preprocessing = {"mean": list(configs.IMAGENET_MEAN), "std": list(configs.IMAGENET_STD)}
     preprocessing.setdefault("size", list(shape[2:]))
     output_names = _output_names(model, spec)
+    task = task_of(model, spec.task or built.task, spec.model)  # before a wrapper that flattens outputs hides it
     if runs_user_code(spec.model):  # a user's own module may return anything: look before exporting it
         model, output_names = user_outputs(model, shape, spec, output_names)
-    return LoadedModel(spec, model, shape, name, kind, cfg, digest, preprocessing, output_names, weights_file, notes)
+    return LoadedModel(spec, model, shape, name, kind, cfg, digest, preprocessing, output_names, weights_file, notes,
+                       task=task)
+
+
+TASKS = ("classification", "embedding", "depth", "segmentation", "detection", "matting")  # verify.tasks.TASKS
+
+
+def task_of(model, known: str | None, where: str) -> str:
+    """What the model does: what its source knows (an hf: architecture), else the module's `task`
+    attribute (a user's model says it beside `input_shape`), else classification."""
+    task = known or getattr(model, "task", None) or "classification"
+    if task not in TASKS:
+        raise SourceError(f"{where}: task {task!r} is not one of {', '.join(TASKS)}")
+    return task
 
 
 def artifact_stem(spec: SourceSpec, base: str, seeded: bool = True) -> str:

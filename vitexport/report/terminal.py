@@ -30,7 +30,8 @@ def export_result(result: dict[str, Any]) -> None:
         unverified(console, result)
     elif parity:
         print_table(console, parity_table(result))
-        if any(c.get("max_abs_error") is not None and c.get("top1_agreement") is None for c in parity["checks"]):
+        if classifies(parity) and any(c.get("max_abs_error") is not None and c.get("top1_agreement") is None
+                                      for c in parity["checks"]):
             advice = "" if parity.get("images") else "; --images checks real ones"
             console.print("top-1 n/d: not decisive (PyTorch's top-1 leads its runner-up by < 0.1 on these "
                           f"inputs){advice}", highlight=False, soft_wrap=True)
@@ -127,8 +128,9 @@ def parity_table(result: dict[str, Any]):
     title = escape(title)
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     several = len(outputs) > 1
+    top = classifies(parity)  # top-1 of a depth map or a mask says nothing: the task's numbers follow the table
     columns = ["input"] + (["output"] if several else []) + [
-        "max |Δ|", "mean |Δ|", "p99 rel", "cosine", "top-1", "top-5", "ok"]
+        "max |Δ|", "mean |Δ|", "p99 rel", "cosine", *(["top-1", "top-5"] if top else []), "ok"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("input", "output") else "right", no_wrap=True)
     nan = float("nan")
@@ -136,10 +138,30 @@ def parity_table(result: dict[str, Any]):
         table.add_row(c.get("feed", str(c["batch"])), *([c["output"]] if several else []),
                       fmt(c.get("max_abs_error", nan), 2), fmt(c.get("mean_abs_error", nan), 2),
                       fmt(c.get("p99_relative_error", nan), 2), f"{c.get('cosine_similarity', nan):.7f}",
-                      "n/d" if c.get("max_abs_error") is not None and c.get("top1_agreement") is None
-                      else fmt(c.get("top1_agreement", nan)), fmt(c.get("top5_agreement", nan)),
+                      *([("n/d" if c.get("max_abs_error") is not None and c.get("top1_agreement") is None
+                          else fmt(c.get("top1_agreement", nan))), fmt(c.get("top5_agreement", nan))] if top else []),
                       "[green]yes[/green]" if c["passed"] else "[red]NO[/red]")
     return table
+
+
+def classifies(parity: dict[str, Any]) -> bool:
+    """Whether the model classifies (reports from before tasks were known did)."""
+    return parity.get("task") in (None, "classification")
+
+
+def task_line(parity: dict[str, Any]) -> str | None:
+    """The task's own agreement, with its gate where the precision has one: `depth: abs rel 1.2e-06, ...`."""
+    from vitexport.verify.tasks import gates_for
+
+    if classifies(parity):
+        return None
+    numbers = parity.get("task_metrics") or {}
+    shown = ", ".join(f"{name.replace('_', ' ')} {'n/d' if value is None else fmt(value, 4)}"
+                      for name, value in numbers.items()) or "no output it reads"
+    gates = gates_for(parity["task"], parity.get("precision", "fp32"))
+    gate = "; gate " + ", ".join(f"{n.replace('_', ' ')} {'>=' if kind == 'min' else '<='} {limit:g}"
+                                 for n, kind, limit in gates) if gates else ""
+    return f"{parity['task']}: {shown}{gate}"
 
 
 def unverified(console, result: dict[str, Any]) -> None:
@@ -228,9 +250,12 @@ def checks(console, parity: dict[str, Any]) -> None:
         where = divergence.get("first_divergent_block")
         console.print(f"[red]first divergent block:[/red] {where}" if where else f"divergence: {divergence['reason']}",
                       highlight=False)
+    if task_line(parity):
+        console.print(escape(task_line(parity)), highlight=False, soft_wrap=True)
     verdict = "[green]PASSED[/green]" if parity["passed"] else "[red]FAILED[/red]"
-    gate = [f"top-1 on decisive images >= {parity['min_top1_agreement']:g}"] if parity.get("min_top1_agreement") else []
-    if parity.get("max_accuracy_drop") is not None:
+    gate = [f"top-1 on decisive images >= {parity['min_top1_agreement']:g}"] \
+        if parity.get("min_top1_agreement") and classifies(parity) else []
+    if parity.get("max_accuracy_drop") is not None and classifies(parity):
         gate.append(f"accuracy drop <= {parity['max_accuracy_drop']:g} pt")
     console.print(f"parity {verdict} (atol {parity['atol']:g}, rtol {parity['rtol']:g}, "
                   f"min cosine {parity['min_cosine']}" + "".join(f", {g}" for g in gate) + ")")

@@ -48,13 +48,14 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
         provider = runner.provider
         progress.advance()
     report = compare(runs, tol, record.precision)
+    judge_task(report, loaded.task, runs, record.precision)
     # A constant output (zero head) is judged on the artifact's own pre-head features, when it can show them.
     judge_pre_head(report, loaded, be, path, record, max(feeds, key=lambda f: len(f.x)), tol)
     report.deterministic = deterministic
     if not deterministic:
         report.fail("the artifact gave different outputs for the same input twice "
                     "(dropout or another random op left active?)")
-    if images is not None:
+    if images is not None and loaded.task == "classification":  # other tasks: judged by judge_task
         report.images = image_check(images, image_outputs, labels)
         apply_gate(report, tol)
     apply_lint(report, be.lint(path, record))
@@ -140,6 +141,17 @@ def apply_gate(report: ParityReport, tol: Tolerance) -> None:
     if tol.max_accuracy_drop is not None and drop is not None and drop > tol.max_accuracy_drop:
         report.fail(f"accuracy gate: accuracy {100 * images.accuracy['candidate']:.2f}% is {drop:.2f} points below "
                     f"PyTorch's {100 * images.accuracy['reference']:.2f}% (allowed {tol.max_accuracy_drop:g})")
+
+
+def judge_task(report: ParityReport, task: str, runs: list[tuple], precision: str) -> None:
+    """Agreement in the task's terms over every feed (worst case), and for a reduced precision the
+    task's gate (vitexport.verify.tasks.GATES): a depth map is refused on its depth error, not top-1."""
+    from vitexport.verify import tasks
+
+    report.task = task
+    report.task_metrics = tasks.worst(task, [tasks.task_metrics(task, ref, cand) for _b, _f, ref, cand in runs])
+    for failure in tasks.gate_failures(task, precision, report.task_metrics):
+        report.fail(failure)
 
 
 def apply_lint(report: ParityReport, findings: list[Finding]) -> None:

@@ -87,8 +87,15 @@ def metrics(reference: "np.ndarray", candidate: "np.ndarray", tol: Tolerance) ->
         "within_tolerance": within,
     }
     reasons = []
+    largest = float(np.abs(ref).max()) if ref.size and np.isfinite(ref).all() else None
     if not np.isfinite(ref).all():  # then no number below says anything about the candidate
         reasons.append("PyTorch's own output holds non-finite values (NaN or infinity) for this input")
+    elif largest is not None and 0 < largest < SUBNORMAL:
+        # Below float32's smallest normal number every value is rounding: any comparison measures it.
+        out["subnormal_reference"] = True
+        reasons.append(f"PyTorch's outputs are subnormal (largest |value| {largest:.3g}), so the comparison "
+                       "measures rounding, not the artifact; the model's weights or scale make its outputs "
+                       "vanish (load trained weights, or check its initialisation)")
     elif not finite:
         reasons.append("non-finite values in the candidate")
     if not within:
@@ -183,6 +190,7 @@ class ImageCheck:
 
 
 DECISIVE_MARGIN = 0.1  # softmax probability of PyTorch's top-1 over its second choice
+SUBNORMAL = 1.1754944e-38  # float32's smallest normal number
 
 
 @dataclass
@@ -219,6 +227,8 @@ class ParityReport:
     skipped: str | None = None
     # A constant output judged on the head's input instead: what was compared, why, and its metrics().
     pre_head: dict | None = None
+    task: str | None = None  # what the model does (vitexport.verify.tasks); None in reports before tasks
+    task_metrics: dict | None = None  # agreement in the task's terms, worst over the feeds
 
     @classmethod
     def not_checked(cls, reason: str, tol: Tolerance, precision: str) -> "ParityReport":
@@ -248,6 +258,9 @@ class ParityReport:
             d["divergence"] = self.divergence.to_dict()
         if self.pre_head is not None:
             d["pre_head"] = self.pre_head
+        if self.task is not None:
+            d["task"] = self.task
+            d["task_metrics"] = self.task_metrics or {}
         return d
 
     @classmethod
@@ -268,7 +281,7 @@ class ParityReport:
                    images=ImageCheck(**images) if images else None,
                    lint=lint,
                    divergence=Divergence(**divergence) if divergence else None,
-                   pre_head=d.get("pre_head"))
+                   pre_head=d.get("pre_head"), task=d.get("task"), task_metrics=d.get("task_metrics"))
 
 
 def compare(runs: list[tuple], tol: Tolerance, precision: str) -> ParityReport:

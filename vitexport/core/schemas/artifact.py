@@ -47,6 +47,7 @@ class Spec(Record):
     allow_pickle: bool = False
     input_shape: Optional[list[Size]] = None
     seed: Count = 0
+    task: Optional[Literal["classification", "embedding", "depth", "segmentation", "detection", "matting"]] = None
 
 
 class Reference(Record):
@@ -68,6 +69,7 @@ class Source(Record):
     preprocessing: dict[str, Any]
     notes: list[str] = []
     reference: Optional[Reference] = None
+    task: Literal["classification", "embedding", "depth", "segmentation", "detection", "matting"] = "classification"
 
 
 class Check(Record):

@@ -23,6 +23,11 @@ class Architecture:
     unused: tuple[str, ...] = ()  # checkpoint key prefixes that `loads_as` leaves out on purpose
     top_level: tuple[str, ...] = ()  # config keys `loads_as` must take from the top-level config
 
+    @property
+    def task(self) -> str:
+        """What the architecture does, by its outputs: a head's logits classify, features embed."""
+        return "classification" if "logits" in self.outputs else "embedding"
+
 
 CLASSIFIER = ("logits",)
 HEADLESS = ("last_hidden_state", "pooler_output")

@@ -50,7 +50,7 @@ def build(spec):
     notes.append(f"outputs: {', '.join(wrapped.fields)}")
     label, digest = files.weights_identity(text)
     return Built(wrapped, input_shape=shape, preprocessing=pre, name=path.resolve().name, weights_sha256=digest,
-                 weights_file=label, notes=notes)
+                 weights_file=label, notes=notes, task=arch.task)
 
 
 def import_transformers():

@@ -1,0 +1,140 @@
+"""Agreement in each task's terms (vitexport.verify.tasks): the numbers, the gates of reduced
+precisions, and exports of a model of every task reporting `parity.task` and `parity.task_metrics`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from task_models import TASK_MODELS
+from vitexport import api, backends
+from vitexport.verify import tasks
+from vitexport.verify.checks import judge_task
+from vitexport.verify.parity import ParityReport, Tolerance
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "samples" / "images"
+rng = np.random.default_rng(0)
+
+
+def outputs(task: str, batch: int = 2) -> dict[str, np.ndarray]:
+    """PyTorch-like outputs of the task's shape, with real structure (confident detections, positive depth)."""
+    if task == "detection":
+        return {"logits": rng.normal(0, 8, (batch, 6, 5)), "pred_boxes": rng.uniform(0.2, 0.8, (batch, 6, 4))}
+    shapes = {"depth": (batch, 16, 16), "segmentation": (batch, 4, 16, 16), "matting": (batch, 1, 16, 16),
+              "embedding": (batch, 8), "classification": (batch, 10)}
+    x = rng.normal(0, 1, shapes[task])
+    return {"output": np.abs(x) + 0.5 if task == "depth" else 1 / (1 + np.exp(-x)) if task == "matting" else x}
+
+
+@pytest.mark.parametrize("task", [t for t in tasks.TASKS if t != "classification"])
+def test_identical_outputs_agree_completely(task):
+    out = outputs(task, batch=3)
+    numbers = tasks.task_metrics(task, out, {k: v.copy() for k, v in out.items()})
+    perfect = {"abs_rel": 0.0, "alpha_mad": 0.0}
+    for name, value in numbers.items():
+        if name != "confident_detections":
+            assert value == pytest.approx(perfect.get(name, 1.0)), (name, value)
+    assert tasks.gate_failures(task, "int8", numbers) == []
+
+
+@pytest.mark.parametrize("task,damage,refused", [
+    ("depth", lambda o: {"output": o["output"] * 1.3}, "depth gate: delta1"),
+    ("segmentation", lambda o: {"output": np.roll(o["output"], 1, axis=1)}, "segmentation gate: pixel agreement"),
+    ("detection", lambda o: {"logits": o["logits"], "pred_boxes": o["pred_boxes"] + 0.05}, "detection gate: detection recall"),
+    ("matting", lambda o: {"output": np.clip(o["output"] + 0.05, 0, 1)}, "matting gate: alpha mad"),
+    ("embedding", lambda o: {"output": -o["output"]}, "embedding gate: min row cosine"),
+])
+def test_a_damaged_output_is_refused_by_its_tasks_gate(task, damage, refused):
+    out = outputs(task, batch=4)
+    report = ParityReport(passed=True, precision="int8", tolerance=Tolerance(0.5, 0.1, 0.99))
+    judge_task(report, task, [(4, "random b=4", out, damage(out))], "int8")
+    assert report.passed is False and any(f.startswith(refused) for f in report.failures), report.failures
+    fp32 = ParityReport(passed=True, precision="fp32", tolerance=Tolerance(1e-4, 1e-3, 0.99999))
+    judge_task(fp32, task, [(4, "random b=4", out, damage(out))], "fp32")
+    assert fp32.passed and fp32.task_metrics  # fp32 is held by its element-wise tolerance, not the task's gate
+
+
+def test_numbers_a_batch_cannot_give_are_not_judged():
+    """One row has no nearest neighbour; unconfident logits make no detections: n/d, never a pass or fail."""
+    one = {"output": rng.normal(size=(1, 8))}
+    assert tasks.task_metrics("embedding", one, one)["neighbour_agreement"] is None
+    flat = {"logits": np.zeros((1, 6, 5)), "pred_boxes": np.full((1, 6, 4), 0.5)}
+    numbers = tasks.task_metrics("detection", flat, flat)
+    assert numbers["detection_recall"] is None and tasks.gate_failures("detection", "fp16", numbers) == []
+
+
+def test_precision_labels_map_to_their_gates():
+    assert tasks.gates_for("depth", "int8-static") == tasks.GATES["depth"]["int8"]
+    assert tasks.gates_for("depth", "bf16") == tasks.GATES["depth"]["fp16"]
+    assert tasks.gates_for("depth", "fp32") == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float64, (2, 3, 4, 4), elements=st.floats(-1e3, 1e3, allow_nan=False)),
+       arrays(np.float64, (2, 3, 4, 4), elements=st.floats(-1e3, 1e3, allow_nan=False)))
+def test_shares_lie_in_zero_to_one_whatever_the_outputs(a, b):
+    for task in ("segmentation", "depth", "matting", "embedding"):
+        numbers = tasks.task_metrics(task, {"output": a}, {"output": b})
+        for name, value in numbers.items():
+            if value is not None and name not in ("abs_rel", "alpha_mad"):
+                assert -1.0 - 1e-9 <= value <= 1.0 + 1e-9, (task, name, value)
+
+
+@pytest.mark.parametrize("task", sorted(TASK_MODELS))
+@pytest.mark.parametrize("backend", ["onnx", "torchscript"])
+def test_a_model_of_every_task_is_verified_in_its_terms(tmp_path, task, backend):
+    spec = api.SourceSpec(f"{ROOT / 'tests' / 'task_models.py'}:{task}")
+    result = api.export(backend, spec, out_dir=tmp_path)
+    parity = result["parity"]
+    assert result["status"] == "verified" and parity["task"] == task
+    assert parity["task_metrics"] and all(v is not None for k, v in parity["task_metrics"].items()
+                                          if k != "neighbour_agreement")
+    assert api.verify(result["artifact"], trust_code=True)["parity"]["task"] == task
+
+
+@pytest.mark.parametrize("backend,options", [("coreml", {"precision": "fp16"}), ("onnx", {"precision": "int8"})])
+@pytest.mark.parametrize("task", ["segmentation", "depth"])
+def test_reduced_precision_is_judged_by_the_tasks_gate(tmp_path, backend, options, task):
+    be = backends.get(backend)
+    if not be.availability().ok:
+        pytest.skip(be.availability().reason)
+    spec = api.SourceSpec(f"{ROOT / 'tests' / 'task_models.py'}:{task}")
+    result = api.export(backend, spec, be.Options(**options), tmp_path, images=IMAGES)
+    parity = result["parity"]
+    gates = {name for name, _, _ in tasks.gates_for(task, parity["precision"])}
+    assert gates and gates <= set(parity["task_metrics"]) and "images" not in parity  # no top-1 on a depth map
+    assert result["status"] in ("verified", "not-checked-here")
+
+
+def test_a_subnormal_reference_is_said_to_measure_rounding():
+    """Outputs around 1e-44 (a random head) make any comparison measure rounding, not the artifact."""
+    from vitexport.verify.parity import metrics
+
+    ref = np.full((1, 4), 1e-44, dtype=np.float32) * np.array([1, 2, 3, 4], dtype=np.float32)
+    result = metrics(ref, ref * 1.5, Tolerance(1e-4, 1e-3, 0.99999))
+    assert not result["passed"] and result["subnormal_reference"]
+    assert "subnormal" in result["reason"] and "measures rounding" in result["reason"]
+
+
+def test_the_task_can_be_given_on_the_command_line_and_is_recorded(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from vitexport.cli.app import app
+    from vitexport.export import sidecar
+
+    model = f"{ROOT / 'tests' / 'task_models.py'}:embedding"
+    run = CliRunner().invoke(app, ["torchscript", "--model", model, "--task", "depth", "--out", str(tmp_path), "--json"])
+    assert run.exit_code == 0, run.output
+    result = json.loads(run.stdout)
+    assert result["parity"]["task"] == "depth" and "abs_rel" in result["parity"]["task_metrics"]
+    assert sidecar.read(Path(result["artifact"])).source.task == "depth"
+    bad = CliRunner().invoke(app, ["torchscript", "--model", model, "--task", "pose", "--out", str(tmp_path)])
+    assert bad.exit_code == 2 and "--task 'pose' is not one of" in bad.output

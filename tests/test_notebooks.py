@@ -81,6 +81,7 @@ def test_results_progress_and_errors_display_in_a_kernel(tmp_path, monkeypatch):
         "from vitexport.core.errors import UsageError\n"
         "raise UsageError('unknown preset \"nope\": pick one of tiny, small')",
         "notebook.shown({'backend': 'onnx', 'artifact': 'a.onnx', 'status': 'verified'}, 'export')",
+        "from vitexport import api\napi.verify(42)",
         "def forward(x):\n    raise ValueError('the model says no')\nforward(1)",
         "import os, sys, warnings\n"
         "with notebook.held_back():\n"
@@ -91,7 +92,7 @@ def test_results_progress_and_errors_display_in_a_kernel(tmp_path, monkeypatch):
         "print('and after', file=sys.stderr)",
     ]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    bar, error, result, own, chatter = execute(notebook, tmp_path, kernel, cell_timeout=120, allow_errors=True).cells
+    bar, error, result, wrong, own, chatter = execute(notebook, tmp_path, kernel, cell_timeout=120, allow_errors=True).cells
 
     [drawn] = [o for o in bar.outputs if o.output_type == "display_data"]  # one output, updated in place
     assert drawn.data["text/plain"].splitlines()[0].startswith("✓ exporting")
@@ -103,6 +104,9 @@ def test_results_progress_and_errors_display_in_a_kernel(tmp_path, monkeypatch):
 
     assert "vitexport export: onnx" in texts(result, "text/html")[0]
     assert result.outputs[0].data["text/plain"].startswith("{'backend': 'onnx'")
+
+    [line] = [o.data["text/plain"] for o in wrong.outputs]  # the API's TypeError: one line too
+    assert line.startswith("error: api.verify: artifact should be") and "Traceback" not in line
 
     [raised] = [o for o in own.outputs if o.output_type == "error"]
     assert raised.ename == "ValueError" and any("forward" in line for line in raised.traceback)

@@ -14,13 +14,12 @@ place, and vitexport's errors shown as the one line the CLI prints.
   a vitexport error (and the API's TypeError for a wrong argument) shows as its message and what its
   exit code means, not as a traceback through vitexport's internals; `%tb` still shows the traceback.
   An error from the user's own code keeps its usual traceback.
-
 - `api_call()` is what the API does around each call: the reporter, libraries held back, the bar closed.
 
 Every string in a result is untrusted (a sidecar or report may come from elsewhere): what each kind
-shows is plain data (notebook_views.py) and the markup comes from the template `notebook.html`
-alone, autoescaped (templating.py). IPython is imported only when a
-notebook already runs it; Jinja2 and the page renderer only when something is drawn.
+shows is plain data (notebook_views.py) and the markup comes from the template `notebook.html` alone,
+autoescaped (templating.py). IPython is imported only when a notebook already runs it; Jinja2 and the
+page renderer only when something is drawn.
 """
 
 from __future__ import annotations
@@ -283,21 +282,25 @@ def is_ours(error: BaseException) -> bool:
     return tb is not None and Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(package)
 
 
+def _parts(error: BaseException) -> tuple[str, str, str]:
+    """(label, message on one line, what its exit code means): a TypeError of the API is bad usage."""
+    code = int(getattr(error, "exit_code", ExitCode.USAGE))
+    label = "parity failed" if code == ExitCode.PARITY else "regression" if code == ExitCode.REGRESSION else "error"
+    return label, " ".join(str(error).split()), f"exit {code}: {MEANINGS.get(code, 'error')}"
+
+
 def error_line(error: BaseException) -> str:
     """The error as one line: the message (which says the fix) and what its exit code would mean."""
-    code = ExitCode(getattr(error, "exit_code", ExitCode.USAGE))
-    label = "parity failed" if code == ExitCode.PARITY else "regression" if code == ExitCode.REGRESSION else "error"
-    message = " ".join(str(error).split())
-    return f"{label}: {message} (exit {int(code)}: {MEANINGS[code]})"
+    label, message, meaning = _parts(error)
+    return f"{label}: {message} ({meaning})"
 
 
 def error_drawing(error: BaseException) -> _Drawing:
     from vitexport.report import templating
 
-    code = ExitCode(getattr(error, "exit_code", ExitCode.USAGE))
-    label, _, _ = error_line(error).partition(":")
-    markup = templating.render("notebook.html", view="error", label=f"{label}:", message=" ".join(str(error).split()),
-                               meaning=f"exit {int(code)}: {MEANINGS[code]}").strip()
+    label, message, meaning = _parts(error)
+    markup = templating.render("notebook.html", view="error", label=f"{label}:", message=message,
+                               meaning=meaning).strip()
     return _Drawing(markup, error_line(error))
 
 
@@ -330,7 +333,8 @@ def kind_of(result: dict) -> str | None:
 
 def install_error_display(shell: Any = None) -> bool:
     """In IPython (a notebook's kernel), show vitexport's errors as one line instead of a traceback;
-    return whether a shell was there to install into. Calling it again changes nothing."""
+    return whether a shell was there to install into. Calling it again changes nothing; it takes the
+    place of a custom exception handler set before (IPython keeps one)."""
     if shell is None:
         if "IPython" not in sys.modules:
             return False

@@ -40,6 +40,7 @@ MEANINGS: dict[str, str] = {
     "--quiet": "No progress on stderr (errors are still shown).",
     "--rtol": "Relative tolerance",
     "--seed": "Seed for random init and check inputs.",
+    "--task": "What the model does, when its code does not say",
     "--set": "Override a preset field, e.g. depth=2.",
     "--target": "Where the artifact will run",
     "--threads": "Threads for the timing",

@@ -27,7 +27,8 @@ TypeError naming the function and the argument, before any work starts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+from typing import TYPE_CHECKING, Any, Callable
 
 from pathlib import Path
 
@@ -37,14 +38,33 @@ from vitexport.export import pipeline as _pipeline
 from vitexport.export.pipeline import Gate
 from vitexport.models.memory import is_module
 from vitexport.models.sources import SourceSpec
+from vitexport.report import notebook as _notebook
 
 if TYPE_CHECKING:
     import torch
+
+
+def _in_notebook(kind: str) -> Callable[[Callable[..., dict]], Callable[..., dict]]:
+    """Each call as a notebook wants it, and unchanged elsewhere: a progress bar (unless the caller gives
+    `progress=`) and libraries' stderr held back inside a Jupyter kernel, the result a dict that draws
+    as HTML there (vitexport.report.notebook)."""
+    def wrap(function: Callable[..., dict]) -> Callable[..., dict]:
+        @functools.wraps(function)
+        def call(*args: Any, progress: Any = None, **keywords: Any) -> dict:
+            with _notebook.api_call(progress) as reporter:
+                result = function(*args, progress=reporter, **keywords)
+            return _notebook.shown(result, kind)
+        return call
+    return wrap
+
+
+_notebook.install_error_display()  # in IPython: vitexport's errors as one line, not a traceback
 
 __all__ = ["build_model", "export", "verify", "bench", "optimize", "package", "ExportOptions", "Gate", "RunOptions",
            "SourceSpec"]
 
 
+@_in_notebook("bench")
 def bench(spec: "SourceSpec | torch.nn.Module | None", targets: list[str], batches: list[int] | str, *,
           input_shape: tuple[int, ...] | None = None, example_inputs: Any = None, **options: Any) -> dict[str, Any]:
     """Time `targets` (bench rows: "torch", "onnxruntime", "openvino", ...) at `batches` (or "auto") on
@@ -78,6 +98,7 @@ def bench(spec: "SourceSpec | torch.nn.Module | None", targets: list[str], batch
     return _run.bench(spec, targets, batches, write_files=write_all, **options)
 
 
+@_in_notebook("export")
 def export(backend: str, spec: "SourceSpec | torch.nn.Module", options: ExportOptions | None = None,
            out_dir: str | Path = "vitexport-out", *, verify: bool = True, atol: float | None = None,
            rtol: float | None = None, seed: int = 0, images: str | Path | None = None, name: str | None = None,
@@ -113,6 +134,7 @@ def export(backend: str, spec: "SourceSpec | torch.nn.Module", options: ExportOp
     return _pipeline.export(backend, spec, options, out_dir, progress=progress, loaded=loaded, **keywords)
 
 
+@_in_notebook("optimize")
 def optimize(spec: "SourceSpec | torch.nn.Module", *, input_shape: tuple[int, ...] | None = None,
              example_inputs: Any = None, out_dir: str | Path = "vitexport-out", **options: Any) -> dict[str, Any]:
     """The fastest artifact that passes its check, across runtimes (`vitexport optimize`): build every
@@ -135,6 +157,7 @@ def optimize(spec: "SourceSpec | torch.nn.Module", *, input_shape: tuple[int, ..
     return _optimize(spec, out_dir=out_dir, **options)
 
 
+@_in_notebook("package")
 def package(artifact: str | Path, target: str, *, images: str | Path | None = None,
             out_dir: str | Path | None = None, trust_code: bool = False, allow_pickle: bool = False,
             force: bool = False, progress: Any = None) -> dict[str, Any]:
@@ -153,6 +176,7 @@ def package(artifact: str | Path, target: str, *, images: str | Path | None = No
     return _package(artifact, target, out_dir=out_dir, progress=progress, **keywords)
 
 
+@_in_notebook("verify")
 def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | None = None,
            run: RunOptions = RunOptions(), images: str | Path | None = None, max_batch: int | None = None,
            trust_code: bool = False, allow_pickle: bool = False, gate: Gate | None = None,

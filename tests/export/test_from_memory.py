@@ -158,3 +158,11 @@ def test_a_module_is_benchmarked_from_its_reference(tmp_path):
                        warmup_iters=1, warmup_s=0.0, rounds=1, roofline=False)
     assert {row["backend"] for row in report["results"]} >= {"torch", "onnxruntime"}
     assert report["model"] == "notebookvit" and len(list(tmp_path.glob("*.reference.pt2"))) == 1
+
+
+def test_an_unknown_backend_is_refused_before_anything_is_written(tmp_path):
+    from vitexport.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="onxx"):
+        api.export("onxx", make(), out_dir=tmp_path / "out", input_shape=SHAPE)
+    assert not (tmp_path / "out").exists()

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from vitexport.core.errors import WeightsError
-from vitexport.models.sources import SourceSpec, _load_weights, load
+from vitexport.models.sources import SourceSpec, load
+from vitexport.models.weights import load_weights
 
 
 def tiny_torchvision_vit(seed=0):
@@ -41,7 +42,7 @@ def test_torchvision_released_layout_loads(tmp_path, metadata):
     path = tmp_path / "vit_t-0123abcd.pth"
     torch.save(state, path)
     model = tiny_torchvision_vit(seed=2)
-    digest, note = _load_weights(model, path, allow_pickle=False)
+    digest, note = load_weights(model, path, allow_pickle=False)
     assert same_weights(model, source) and note is None and len(digest) == 64
 
 
@@ -58,7 +59,7 @@ def test_a_training_wrappers_prefix_is_removed_and_said(tmp_path, prefix, suffix
     else:
         torch.save({"state_dict": state, "epoch": 90}, path)
     model = tiny_torchvision_vit(seed=2)
-    _, note = _load_weights(model, path, allow_pickle=False)
+    _, note = load_weights(model, path, allow_pickle=False)
     assert same_weights(model, source)
     assert f"every key began with '{prefix}'" in note and "removed it" in note
 
@@ -68,7 +69,7 @@ def test_a_prefix_is_kept_when_removing_it_does_not_make_the_keys_fit(tmp_path):
     state.pop("module.heads.head.bias")
     torch.save(state, tmp_path / "ckpt.pth")
     with pytest.raises(WeightsError, match="missing: class_token.*unexpected: module.class_token"):
-        _load_weights(tiny_torchvision_vit(), tmp_path / "ckpt.pth", allow_pickle=False)
+        load_weights(tiny_torchvision_vit(), tmp_path / "ckpt.pth", allow_pickle=False)
 
 
 def test_a_prefix_on_some_keys_only_is_not_removed(tmp_path):
@@ -76,7 +77,7 @@ def test_a_prefix_on_some_keys_only_is_not_removed(tmp_path):
     state = OrderedDict((("module." + k) if k.startswith("heads") else k, v) for k, v in state.items())
     torch.save(state, tmp_path / "ckpt.pth")
     with pytest.raises(WeightsError, match="missing: heads.head.bias, heads.head.weight; unexpected: module.heads"):
-        _load_weights(tiny_torchvision_vit(), tmp_path / "ckpt.pth", allow_pickle=False)
+        load_weights(tiny_torchvision_vit(), tmp_path / "ckpt.pth", allow_pickle=False)
 
 
 def test_a_renamed_key_of_the_wrong_shape_is_named(tmp_path):
@@ -84,7 +85,7 @@ def test_a_renamed_key_of_the_wrong_shape_is_named(tmp_path):
     state["encoder.layers.encoder_layer_0.mlp.linear_1.bias"] = torch.zeros(3)
     torch.save(state, tmp_path / "ckpt.pth")
     with pytest.raises(WeightsError, match="shape mismatch: .*encoder_layer_0.mlp.0.bias"):
-        _load_weights(tiny_torchvision_vit(), tmp_path / "ckpt.pth", allow_pickle=False)
+        load_weights(tiny_torchvision_vit(), tmp_path / "ckpt.pth", allow_pickle=False)
 
 
 @pytest.mark.parametrize("filename", ["model.safetensors", "pytorch_model.bin"])

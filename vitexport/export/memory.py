@@ -21,9 +21,13 @@ def export_module(backend: str, model, options, out_dir: str | Path, *, input_sh
                   preprocessing: dict | None = None, progress=None, **keywords: Any) -> dict[str, Any]:
     """`pipeline.export` of an `nn.Module`: its reference recorded into `out_dir`, then exported from
     the module itself (the reference is what later checks rebuild)."""
+    from vitexport import backends
     from vitexport.export import pipeline
     from vitexport.export.staging import prepare_out_dir
 
+    be = backends.get(backend)  # an unknown or unavailable backend is refused before anything is written
+    pipeline.options_for(be, options).validate()
+    pipeline.require(be.availability(), backend)
     with held(model, input_shape=input_shape, example_inputs=example_inputs, name=None,
               seed=keywords.get("seed", 0), preprocessing=preprocessing) as loaded, using(progress) as reporter:
         out = prepare_out_dir(out_dir)

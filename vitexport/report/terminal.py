@@ -9,6 +9,7 @@ from typing import Any
 
 from vitexport.core.words import milliseconds
 from vitexport.report.console import escape, new_console, print_table, stderr_console, wide_console
+from vitexport.report.tasks import classifies, task_line
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -142,26 +143,6 @@ def parity_table(result: dict[str, Any]):
                           else fmt(c.get("top1_agreement", nan))), fmt(c.get("top5_agreement", nan))] if top else []),
                       "[green]yes[/green]" if c["passed"] else "[red]NO[/red]")
     return table
-
-
-def classifies(parity: dict[str, Any]) -> bool:
-    """Whether the model classifies (reports from before tasks were known did)."""
-    return parity.get("task") in (None, "classification")
-
-
-def task_line(parity: dict[str, Any]) -> str | None:
-    """The task's own agreement, with its gate where the precision has one: `depth: abs rel 1.2e-06, ...`."""
-    from vitexport.verify.tasks import gates_for
-
-    if classifies(parity):
-        return None
-    numbers = parity.get("task_metrics") or {}
-    shown = ", ".join(f"{name.replace('_', ' ')} {'n/d' if value is None else fmt(value, 4)}"
-                      for name, value in numbers.items()) or "no output it reads"
-    gates = gates_for(parity["task"], parity.get("precision", "fp32"))
-    gate = "; gate " + ", ".join(f"{n.replace('_', ' ')} {'>=' if kind == 'min' else '<='} {limit:g}"
-                                 for n, kind, limit in gates) if gates else ""
-    return f"{parity['task']}: {shown}{gate}"
 
 
 def unverified(console, result: dict[str, Any]) -> None:

@@ -121,12 +121,19 @@ class LocalPool:
     def busy(self) -> bool:
         return any(self.queued.values()) or any(w.job is not None for w in self.workers)
 
-    def close(self, abort: bool) -> None:
+    def close(self, abort: bool, **_) -> str | None:
+        """Stop the workers (`abort`: at once, mid-cell); say which work was stopped."""
+        busy = [w.job[1] for w in self.workers if w.job is not None]
         for w in self.workers:
             w.stop(now=abort)
         for w in self.workers:
             w.wait()
         self.workers = []
+        if not (abort and busy):
+            return None
+        counts = ", ".join(f"{busy.count(k)} {k}{'s' if busy.count(k) != 1 else ''}"
+                           for k in ("export", "timing") if k in busy)
+        return f"stopped {len(busy)} worker process{'es' if len(busy) != 1 else ''} mid-cell ({counts})"
 
     # -- scheduling ----------------------------------------------------------------------------------
     def _dispatch(self) -> None:

@@ -135,7 +135,7 @@ def section(matrix: "Matrix", where: str) -> dict[str, Any]:
                                           for t in c.timings)},
             "devices": {name: ({"nodes": m.get("nodes")} if "fingerprint" in m else {"unavailable": m.get("reason")})
                         for name, m in matrix.machines.items()},
-            "cells": cells, "fastest": fastest(cells)}
+            "stopped": matrix.stopped, "cells": cells, "fastest": fastest(cells)}
 
 
 def cell_dict(cell: "Cell") -> dict[str, Any]:
@@ -207,6 +207,9 @@ def markdown_text(merged: dict) -> str:
     lines = [f"# vitexport matrix: {m['name']}", "",
              f"Plan `{Path(m['plan']).name}`, run on {m['ran_on']}: " + ", ".join(
                  f"{n} {status}" for status, n in sorted(m["counts"].items())) + f" (exit {m['exit_code']}).", ""]
+    if m.get("stopped"):
+        lines += [f"**Ended early:** {m['stopped']['reason']}. The cells marked cancelled did not finish; the cache "
+                  "keeps every one that did, and the same command run again does only the rest.", ""]
     if m["fastest"]:
         lines += ["## Fastest verified artifact per model and device", "",
                   "| model | device | batch | fastest | p50 ms | images/s | cosine | of |",

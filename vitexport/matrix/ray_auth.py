@@ -23,7 +23,7 @@ from vitexport.core.errors import BackendUnavailable
 ASK_TIMEOUT_S = 10  # a port that answers TCP but is no Ray head keeps Ray's client waiting for 40 s
 DEFAULT_TOKEN = "~/.ray/auth_token"
 HOW = ("give the cluster's token (`ray get-auth-token` on its head prints it) in RAY_AUTH_TOKEN, or in a file "
-       "named by RAY_AUTH_TOKEN_PATH or at ~/.ray/auth_token, and set RAY_AUTH_MODE=token")
+       "named by RAY_AUTH_TOKEN_PATH or at ~/.ray/auth_token, with RAY_AUTH_MODE=token")
 
 
 def token_mode() -> bool:
@@ -86,8 +86,9 @@ def refused(address: str) -> str:
     if token_mode():
         return f"the Ray cluster at {address} refused the token from {source}: authentication failed; {HOW}"
     if source:
-        return (f"the Ray cluster at {address} requires a token (authentication failed: none was sent); Ray sends the "
-                f"one in {source} only with RAY_AUTH_MODE=token: run with RAY_AUTH_MODE=token, or {HOW}")
+        return (f"the Ray cluster at {address} requires a token (authentication failed: none was sent): Ray sends "
+                f"the one in {source} only with RAY_AUTH_MODE=token (if it is not the cluster's, `ray get-auth-token` "
+                "on its head prints it)")
     return f"the Ray cluster at {address} requires a token (authentication failed: none was sent); {HOW}"
 
 

@@ -19,7 +19,7 @@ requires a token is joined with Ray's own (`vitexport.matrix.ray_auth`).
 While it runs, the cluster is watched (`vitexport.matrix.ray_watch`): a device that no live node
 carries any more is said at once, its timings wait `node_wait` seconds for a node to join and then end
 as errors with the reason; a lost head (or connection to it) ends the run with `ClusterLost` within
-seconds. Whatever ends it early, the tasks still out are cancelled (`ray.cancel`) and `close` says
+seconds. Whatever ends it early, the tasks still out are cancelled (`ray.cancel`) and `cancel` says
 which.
 """
 
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vitexport.core.errors import BackendUnavailable, ClusterLost
+from vitexport.core.termination import signal_in
 from vitexport.matrix.cells import describe
 
 PROBE_TIMEOUT_S = 600  # a device node may first install the task's runtime environment
@@ -153,17 +154,24 @@ class RayPool:
             ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=timeout)
             if ready:  # and whatever else is done by now
                 ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0)
-        except Exception as e:  # the driver's own connection broke
+        except Exception as e:  # a signal inside Ray's call, or the driver's own connection broke
+            interrupted = signal_in(e)
+            if interrupted is not None:
+                raise interrupted from None
             raise ClusterLost(f"lost the connection to {self.where()}: {self.watch.head_lost or describe(e)}") from None
         for ref in ready:
-            ticket, kind, extra = self.pending.pop(ref)
+            ticket, kind, extra = self.pending[ref]
             try:
                 result = ray.get(ref)
                 if kind == "export":
                     result = self.arrived(result, extra)
             except Exception as e:
+                interrupted = signal_in(e)
+                if interrupted is not None:  # the task stays pending: close() cancels it
+                    raise interrupted from None
                 result = {"status": "error", "reason": describe(getattr(e, "cause", None) or e), "seconds": None,
                           "rows": []}
+            del self.pending[ref]
             finished.append((ticket, result))
         return finished
 
@@ -217,29 +225,33 @@ class RayPool:
     def busy(self) -> bool:
         return bool(self.pending)
 
-    def close(self, abort: bool, lost: bool = False) -> str | None:
-        """End the run's use of the cluster; when aborting, cancel the tasks still out and say which
-        (`lost`: the head is gone, so nothing waits for the cancelled tasks to answer)."""
+    def cancel(self, lost: bool = False) -> str | None:
+        """Cancel the tasks still out and say which (`lost`: the head is gone, so nothing waits for
+        them to answer); None when none was."""
         ray = self.ray
         self.watch.stop()
-        cancelled = None
-        if abort and self.pending:
-            kinds = [kind for _, kind, _ in self.pending.values()]
-            for ref in self.pending:
-                try:
-                    ray.cancel(ref)  # raises in the task, whose cleanup then runs
-                except Exception:
-                    pass
-            if not lost:
-                try:
-                    ray.wait(list(self.pending), num_returns=len(self.pending), timeout=CANCEL_WAIT_S)
-                except Exception:
-                    pass
-            cancelled = f"cancelled {tasks(kinds)} on {self.where()}"
+        if not self.pending:
+            return None
+        kinds = [kind for _, kind, _ in self.pending.values()]
+        for ref in self.pending:
+            try:
+                ray.cancel(ref)  # raises in the task, whose cleanup then runs
+            except Exception:
+                pass
+        if not lost:
+            try:
+                ray.wait(list(self.pending), num_returns=len(self.pending), timeout=CANCEL_WAIT_S)
+            except Exception:
+                pass
+        self.pending = {}
+        return f"cancelled {tasks(kinds)} on {self.where()}"
+
+    def close(self) -> None:
+        """End the run's use of the cluster: stop a cluster started here, leave a joined one running."""
+        self.watch.stop()
         self.pending = {}
         if self.owned:
-            ray.shutdown()  # stops a cluster started here; leaves a joined one running
-        return cancelled
+            self.ray.shutdown()  # with its head gone this waits about 5 s for it: after the report is written
 
 
 def tasks(kinds: list[str]) -> str:

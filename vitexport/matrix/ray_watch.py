@@ -114,13 +114,16 @@ class Watch:
             else:
                 refusals = refusals + 1 if why == "refused" else 0
                 if refusals >= 2 or now - last_answer >= self.head_lost_s:
-                    what = "refused connections" if refusals >= 2 else f"{why} for {now - last_answer:.0f} s"
-                    self.head_lost = f"its head ({host}:{port}) stopped answering at {clock()}: {what}"
+                    what = "connections refused" if refusals >= 2 else f"{why} for {now - last_answer:.0f} s"
+                    self.head_lost = f"its head stopped answering at {clock()} ({host}:{port}: {what})"
                     return
             self._stop.wait(self.head_period)
 
     def _watch_nodes(self) -> None:
         while not self._stop.is_set():
+            if self.head_lost or knock(*self.head) is not None:  # Ray's node table would wait a minute for it
+                self._stop.wait(self.period)
+                continue
             try:
                 table = self._read_nodes()
             except Exception:  # the head is going: the head's watch says so

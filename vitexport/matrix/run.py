@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vitexport.core.errors import ClusterLost, ExitCode
+from vitexport.core.termination import signal_in
 from vitexport.core.words import milliseconds
 from vitexport.matrix.cache import Cache
 from vitexport.matrix.keys import Digests, digest, export_inputs, timing_inputs
@@ -332,14 +333,17 @@ def run(plan: Plan, out: str | Path = "vitexport-out/matrix", *, workers: int = 
     pool = make_pool(ray, workers, device, out, node_wait, matrix.progress.write)
     try:
         matrix.run(pool)
-    except BaseException as e:
+    except BaseException as error:
+        e = signal_in(error) or error  # a signal that surfaced through a C extension as SystemError
         ending = early_end(e)
-        cancelled = pool.close(abort=True, lost=isinstance(e, ClusterLost))
-        if ending is None:  # a bug: nothing to add to it
-            raise
-        by, reason, code = ending
-        matrix.stop(by, reason, code)
-        report = write_stopped(matrix, pool.where())
+        try:
+            cancelled = pool.cancel(lost=isinstance(e, ClusterLost))
+            if ending is None:  # a bug: nothing to add to it
+                raise
+            matrix.stop(*ending)
+            report = write_stopped(matrix, pool.where())  # before closing: a lost head makes Ray's shutdown slow
+        finally:
+            pool.close()
         if isinstance(e, ClusterLost):
             done = sum(c.status not in ("cancelled", None) for c in matrix.cells)
             kept = f"{done} of {len(matrix.cells)} cells finished and are kept" + (
@@ -347,8 +351,8 @@ def run(plan: Plan, out: str | Path = "vitexport-out/matrix", *, workers: int = 
             raise ClusterLost(f"{e}; {kept}; {cancelled or 'nothing was left running'}; run it again to resume",
                               result=report) from None
         e.result, e.cancelled = report, cancelled  # for the CLI's line and --json
-        raise
-    pool.close(abort=False)
+        raise e from None
+    pool.close()
     return merged.write(matrix, where=pool.where())
 
 

@@ -63,7 +63,6 @@ class Run:
     def _read_stderr(self) -> None:
         for line in self.proc.stderr:
             self.stderr.append(line)
-            print(f"DBG {time.monotonic():.1f} {line.rstrip()[:120]}", flush=True)
             self.lines.put((time.monotonic(), line))
         self.lines.put((time.monotonic(), None))
 
@@ -120,12 +119,10 @@ def no_leftovers(out: Path) -> list[Path]:
     return [p for p in out.rglob("*") if p.name.startswith(".vitexport-") or ".tmp" in p.name]
 
 
-@pytest.mark.slow  # a two-node cluster and two runs: about 40 s on two cores
+@pytest.mark.slow  # a two-node cluster, two refused joins and two runs: about 45 s on two cores
 def test_a_token_cluster_and_a_lost_device_node_whose_cells_end_with_the_reason_and_rerun(tmp_path):
     plan, out, auth = plan_in(tmp_path), tmp_path / "out", token_in(tmp_path)
-    print(f"DBG {time.monotonic():.1f} start", flush=True)
     with ray_cluster(env=auth) as cluster:
-        print(f"DBG {time.monotonic():.1f} cluster up", flush=True)
         # A wrong token, and none sent: each said as such, with how to give it, before any work.
         code, stderr = refused(plan, out, cluster.address, {**auth, "RAY_AUTH_TOKEN_PATH": str(wrong(tmp_path))})
         assert code == 3 and f"refused the token from {wrong(tmp_path)} (RAY_AUTH_TOKEN_PATH)" in stderr, stderr
@@ -156,7 +153,6 @@ def test_a_token_cluster_and_a_lost_device_node_whose_cells_end_with_the_reason_
         assert json.loads((out / "matrix-plan.json").read_text())["matrix"]["cells"] == merged["matrix"]["cells"]
         assert no_leftovers(out) == []
 
-        print(f"DBG {time.monotonic():.1f} run1 done", flush=True)
         cluster.send("add edge")  # a fresh device node joins: the same command finishes the matrix
         code, again, stderr = Run(plan, out, cluster.address, "--node-wait", "3", env=auth).end()
         assert code == 0, stderr
@@ -165,12 +161,10 @@ def test_a_token_cluster_and_a_lost_device_node_whose_cells_end_with_the_reason_
         assert (cached["exports_run"], cached["timings_run"], cached["timings"]) == (0, 1, 1)
 
 
-@pytest.mark.slow  # a two-node cluster, two runs and two refused joins: about 45 s on two cores
+@pytest.mark.slow  # a two-node cluster and two runs: about 40 s on two cores
 def test_sigterm_then_a_lost_head_end_with_one_line_and_what_finished(tmp_path):
     plan, out, auth = plan_in(tmp_path), tmp_path / "out", token_in(tmp_path)
-    print(f"DBG {time.monotonic():.1f} start", flush=True)
     with ray_cluster(env=auth) as cluster:
-        print(f"DBG {time.monotonic():.1f} cluster up", flush=True)
         # SIGTERM mid-run (with the right token): 143, one line saying what was cancelled.
         run = Run(plan, out, cluster.address, env=auth)
         run.wait_for("[1/2]")
@@ -189,7 +183,6 @@ def test_sigterm_then_a_lost_head_end_with_one_line_and_what_finished(tmp_path):
             assert time.monotonic() < deadline, "the cancelled timing still holds device:edge"
             time.sleep(0.5)
         timings = set((out / "cache").glob("timing-*.json"))
-        print(f"DBG {time.monotonic():.1f} sigterm checked", flush=True)
         assert len(timings) == 1
 
         # The head lost mid-run: one line naming the address, within seconds; what finished written.
@@ -197,20 +190,19 @@ def test_sigterm_then_a_lost_head_end_with_one_line_and_what_finished(tmp_path):
         run.wait_for("[1/2]")  # the cached cell; the other's timing runs now
         cluster.send("remove head")
         removed = time.monotonic()
+        said = run.wait_for("error: lost the Ray cluster", timeout=60)
         code, merged, stderr = run.end()
         assert code == 1, stderr
         errors = [x for x in stderr.splitlines() if x.startswith("error:")]
         assert len(errors) == 1 and errors[0].startswith(f"error: lost the Ray cluster at {cluster.address}: "
                                                          "its head stopped answering at"), stderr
         assert "1 of 2 cells finished and are kept" in errors[0] and "Traceback" not in stderr
-        assert time.monotonic() - removed < 45  # Ray alone would retry for a minute, then exit without a word
+        assert said - removed < 30  # Ray alone retries for a minute, then exits without a word
         assert sorted(statuses(merged).values()) == ["cancelled", "passed"]
         assert merged["matrix"]["stopped"]["by"] == "cluster"
         on_disk = json.loads((out / "matrix-plan.json").read_text())
         assert on_disk["matrix"]["cells"] == merged["matrix"]["cells"]
         assert set((out / "cache").glob("timing-*.json")) == timings and no_leftovers(out) == []
-        print(f"DBG {time.monotonic():.1f} head checked", flush=True)
-    print(f"DBG {time.monotonic():.1f} cluster down", flush=True)
 
 
 def refused(plan: Path, out: Path, address: str, env: dict) -> tuple[int, str]:

@@ -40,6 +40,7 @@ PROBE_TIMEOUT_S = 600  # a device node may first install the task's runtime envi
 CONNECT_TIMEOUT_S = 10  # a head that does not answer a TCP connection by then is unreachable from here
 RAY_PORT = 6379  # the head's default GCS port, when an address names none
 CANCEL_WAIT_S = 30  # how long cancelled tasks get to clean up before the cluster is stopped
+LEFT_BEHIND = False  # set when a run left its connection to a lost cluster open (see RayPool.close)
 NODE_WAIT_S = 60.0  # default --node-wait: how long timings wait for a node with their device to join
 
 
@@ -57,6 +58,10 @@ class RayPool:
         ray = self.ray = require_ray()
         self.address, self.owned, self.node_wait = address, False, node_wait
         self.say = say or (lambda line: None)
+        global LEFT_BEHIND
+        if LEFT_BEHIND and ray.is_initialized():  # an earlier run's connection to a cluster that was lost
+            ray.shutdown()
+        LEFT_BEHIND = False
         if not ray.is_initialized():  # else the caller's own connection is used as it is
             # ERROR: Ray's own notices (token authentication, ...) are not the user's concern; its errors are.
             options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
@@ -247,11 +252,16 @@ class RayPool:
         return f"cancelled {tasks(kinds)} on {self.where()}"
 
     def close(self) -> None:
-        """End the run's use of the cluster: stop a cluster started here, leave a joined one running."""
+        """End the run's use of the cluster: stop a cluster started here, leave a joined one running.
+        After a lost head the connection is left for Ray's own shutdown at exit (or the next run's):
+        disconnecting from a head that is gone waits for it, and the user should first hear why."""
+        global LEFT_BEHIND
         self.watch.stop()
         self.pending = {}
-        if self.owned:
-            self.ray.shutdown()  # with its head gone this waits about 5 s for it: after the report is written
+        if self.owned and self.watch.head_lost:
+            LEFT_BEHIND = True
+        elif self.owned:
+            self.ray.shutdown()
 
 
 def tasks(kinds: list[str]) -> str:

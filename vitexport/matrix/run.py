@@ -314,7 +314,9 @@ def run(plan: Plan, out: str | Path = "vitexport-out/matrix", *, workers: int = 
 
     A run that ends early writes the report of what finished and raises: `ClusterLost` (its
     `result` is that report) when the Ray cluster went away, KeyboardInterrupt or `Terminated` (with
-    `result`, and `cancelled`: the work that was stopped) on a signal."""
+    `result`, and `cancelled`: the work that was stopped) on a signal. After `ClusterLost` the Ray
+    connection is left to `ray.shutdown()` (Ray calls it at exit, the next run before joining), as
+    disconnecting from a head that is gone waits for it."""
     from vitexport.core.options import check_number
     from vitexport.export.staging import prepare_out_dir
     from vitexport.matrix import merged
@@ -341,7 +343,7 @@ def run(plan: Plan, out: str | Path = "vitexport-out/matrix", *, workers: int = 
             if ending is None:  # a bug: nothing to add to it
                 raise
             matrix.stop(*ending)
-            report = write_stopped(matrix, pool.where())  # before closing: a lost head makes Ray's shutdown slow
+            report = write_stopped(matrix, pool.where())
         finally:
             pool.close()
         if isinstance(e, ClusterLost):

@@ -185,7 +185,8 @@ class Placement:
                     del self.gone[device]
                     if gone.said is not None:
                         joined = ", ".join(n.name for i, n in current.items() if i not in self.carriers[device])
-                        notices.append(f"device:{device} is back: {joined or 'its node'} answers again; its timings go on")
+                        back = joined or "its node"
+                        notices.append(f"device:{device} is back: {back} answers again; its timings go on")
                 self.carriers[device] = current
                 continue
             if gone is None:

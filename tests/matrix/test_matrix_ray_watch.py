@@ -99,6 +99,13 @@ def listener() -> socket.socket:
     return s
 
 
+def closed_port() -> int:
+    s = listener()
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 def wait_until(condition, timeout: float = 15) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -112,15 +119,17 @@ def test_the_watch_sees_a_raylet_stop_and_a_dead_node_then_the_head_go():
     table = [{"NodeID": EDGE.id, "Alive": True, "NodeManagerAddress": "127.0.0.1",
               "NodeManagerPort": raylet.getsockname()[1], "Resources": {"device:edge": 1.0, "CPU": 4.0}},
              {"NodeID": OTHER.id, "Alive": True, "NodeManagerAddress": "127.0.0.1", "NodeManagerPort": 1,
-              "Resources": {"CPU": 1.0}}]  # no device: its raylet is not knocked on
+              "Resources": {"CPU": 1.0}},  # no device: its raylet is not knocked on
+             {"NodeID": SMALL.id, "Alive": True, "NodeManagerAddress": "127.0.0.1", "NodeManagerPort": closed_port(),
+              "Resources": {"device:lab": 1.0}}]  # never answered here (a firewall?): Ray alone decides
     watch = Watch(lambda: table, head.getsockname(), period=0.05, head_period=0.05).start()
     try:
         wait_until(watch.seen.is_set)
-        assert set(watch.snapshot()[0]) == {EDGE.id, OTHER.id} and watch.head_lost is None
+        assert set(watch.snapshot()[0]) == {EDGE.id, OTHER.id, SMALL.id} and watch.head_lost is None
         raylet.close()  # killed: its port refuses
         wait_until(lambda: EDGE.id in watch.snapshot()[1])
         alive, left = watch.snapshot()
-        assert set(alive) == {OTHER.id} and left[EDGE.id].why == "its raylet stopped answering"
+        assert set(alive) == {OTHER.id, SMALL.id} and left[EDGE.id].why == "its raylet stopped answering"
         table[1] = {**table[1], "Alive": False, "DeathReasonMessage": "health check failed"}
         wait_until(lambda: OTHER.id in watch.snapshot()[1])
         assert watch.snapshot()[1][OTHER.id].why == "Ray marked it dead: health check failed"

@@ -68,6 +68,8 @@ class RayPool:
             if address not in ("local", "auto"):
                 check_reachable(address)
                 join_checks(address)
+            from ray.exceptions import AuthenticationError
+
             handlers = {sig: signal.getsignal(sig) for sig in caught_signals()}
             try:
                 if address == "local":
@@ -75,15 +77,16 @@ class RayPool:
                 else:  # the nodes run this machine's vitexport: shipped with the job
                     ray.init(address=address, runtime_env={"py_modules": [package_folder()],
                                                            "excludes": ["__pycache__", "*.pyc"]}, **options)
+            except AuthenticationError:  # the head refused the token after the check above let it by
+                from vitexport.matrix.ray_auth import refused
+
+                ray.shutdown()
+                raise BackendUnavailable(refused(address)) from None
             except (ConnectionError, ValueError, RuntimeError) as e:
                 ray.shutdown()
                 raise BackendUnavailable(f"cannot reach the Ray cluster at {address}: {describe(e)}") from None
-            except BaseException as e:  # interrupted while the cluster started: stop what did start
+            except BaseException:  # interrupted while the cluster started: stop what did start
                 ray.shutdown()
-                if type(e).__name__ == "AuthenticationError":  # ray.exceptions', raised before any connection
-                    from vitexport.matrix.ray_auth import refused
-
-                    raise BackendUnavailable(refused(address)) from None
                 raise
             finally:
                 restore(handlers)  # ray.init's SIGTERM handler exits 1 (or 15): the contract's 143 is ours to give
@@ -198,7 +201,10 @@ class RayPool:
         finished = []
         for ref, (ticket, kind, extra) in list(self.pending.items()):
             if kind == "timing" and extra["device"] in expired:
-                self.ray.cancel(ref)  # still pending: it never starts
+                try:
+                    self.ray.cancel(ref)  # still pending: it never starts
+                except Exception:  # already gone with its node
+                    pass
                 del self.pending[ref]
                 finished.append((ticket, {"status": "error", "reason": self.placement.reason(extra["device"]),
                                           "rows": [], "machine": None, "seconds": None}))

@@ -85,6 +85,7 @@ class Watch:
         self.left: dict[str, Left] = {}  # nodes seen leaving, by id
         self.head_lost: str | None = None  # what was seen, once the head is lost
         self.seen = threading.Event()  # set once the node table has been read
+        self._answered: set[str] = set()  # device nodes whose raylet has answered a knock
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._watch_head, name="vitexport-ray-head", daemon=True),
@@ -136,9 +137,13 @@ class Watch:
                     message = entry.get("DeathReasonMessage") or ""
                     left[node.id] = f"Ray marked it dead{': ' + message if message else ''}"
                     continue
-                if any(k.startswith("device:") for k in node.resources) and knock(node.host, node.port) == "refused":
-                    left[node.id] = "its raylet stopped answering"  # killed: long before Ray's health checks say so
-                    continue
+                if any(k.startswith("device:") for k in node.resources):
+                    answer = knock(node.host, node.port)
+                    if answer is None:
+                        self._answered.add(node.id)
+                    elif answer == "refused" and node.id in self._answered:  # not a port this machine never reached
+                        left[node.id] = "its raylet stopped answering"  # killed: long before Ray's health checks
+                        continue
                 alive[node.id] = node
             with self._lock:
                 known = {**self.alive, **{i: entry.node for i, entry in self.left.items()}}

@@ -150,6 +150,7 @@ def test_a_token_cluster_and_a_lost_device_node_whose_cells_end_with_the_reason_
         assert f"no node carries device:edge since node {cluster.edge[:8]}" in lost["reason"]
         assert "none joined within 3 s (--node-wait)" in lost["reason"]
         assert merged["matrix"]["exit_code"] == 1 and merged["matrix"]["stopped"] is None
+        assert merged["matrix"]["cached"]["timings_run"] == 1  # the one that ran; the other waited in vain
         assert json.loads((out / "matrix-plan.json").read_text())["matrix"]["cells"] == merged["matrix"]["cells"]
         assert no_leftovers(out) == []
 

@@ -131,7 +131,8 @@ def section(matrix: "Matrix", where: str) -> dict[str, Any]:
             "cached": {"exports": sum(e.cached for e in matrix.exports),
                        "timings": sum(t.cached for c in matrix.cells for t in c.timings),
                        "exports_run": sum(not e.cached and e.record is not None for e in matrix.exports),
-                       "timings_run": sum(not t.cached and t.record is not None for c in matrix.cells
+                       "timings_run": sum(not t.cached and t.record is not None and t.record.get("ran", True)
+                                          for c in matrix.cells
                                           for t in c.timings)},
             "devices": {name: ({"nodes": m.get("nodes")} if "fingerprint" in m else {"unavailable": m.get("reason")})
                         for name, m in matrix.machines.items()},

@@ -207,7 +207,7 @@ class RayPool:
                     pass
                 del self.pending[ref]
                 finished.append((ticket, {"status": "error", "reason": self.placement.reason(extra["device"]),
-                                          "rows": [], "machine": None, "seconds": None}))
+                                          "rows": [], "machine": None, "seconds": None, "ran": False}))
         return finished
 
     def arrived(self, result: dict, extra: dict) -> dict:

@@ -41,12 +41,16 @@ options = {{ dynamic_batch = true, quant = "static", calibration_images = "{ROOT
 @pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster
+    from ray_cluster import one_at_a_time
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    edge = c.add_node(num_cpus=1, resources={"device:edge": 1})
-    c.wait_for_nodes()
-    yield c, c.head_node.node_id, edge.node_id
-    c.shutdown()
+    with one_at_a_time():
+        c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        try:
+            edge = c.add_node(num_cpus=1, resources={"device:edge": 1})
+            c.wait_for_nodes()
+            yield c, c.head_node.node_id, edge.node_id
+        finally:
+            c.shutdown()
 
 
 @pytest.fixture(scope="module")

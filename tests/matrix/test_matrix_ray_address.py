@@ -44,3 +44,14 @@ def test_a_connection_that_times_out_names_the_timeout(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", silent)
     with pytest.raises(BackendUnavailable, match=r"ray://head:10001 within 3 s: nothing answered"):
         ray_pool.check_reachable("ray://head:10001", timeout_s=3)
+
+
+def test_node_wait_is_refused_without_ray_and_below_zero_before_any_work(tmp_path):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["matrix", str(plan), "--out", str(out), "--node-wait", "5"])
+    assert result.exit_code == 2 and "--node-wait applies to --ray runs" in result.output
+    result = CliRunner().invoke(app, ["matrix", str(plan), "--out", str(out), "--ray", "local", "--node-wait", "-1"])
+    assert result.exit_code == 2 and "--node-wait must be >= 0, got -1" in result.output
+    assert "Traceback" not in result.output and not (out / "cache").exists()

@@ -161,8 +161,11 @@ def test_changing_one_option_redoes_only_its_cells(first, tmp_path):
 @pytest.mark.slow  # a Ray cluster and four exports and timings from scratch: ~20 s on two cores
 def test_ray_local_gives_the_same_cells_and_parity(first, tmp_path):
     ray = pytest.importorskip("ray")
+    from ray_cluster import one_at_a_time
+
     plan, _, _, here, _ = first
-    code, merged, stderr = matrix_cli(plan, tmp_path / "out", "--ray", "local")
+    with one_at_a_time():
+        code, merged, stderr = matrix_cli(plan, tmp_path / "out", "--ray", "local")
     assert code == 0, stderr
     assert not ray.is_initialized()  # the cluster it started is stopped
     assert "Token authentication" not in stderr and "RAY_AUTH_MODE" not in stderr  # Ray's notices are not ours

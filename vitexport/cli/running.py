@@ -51,7 +51,9 @@ def handle_errors(fn: Callable) -> Callable:
             raise typer.Exit(e.exit_code)
         except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM, SIGHUP...: cleanup has run
             kept = AFTER_INTERRUPTION.get(fn.__name__, "nothing was written at the target path")
-            said(f"interrupted{f' by {e}' if isinstance(e, Terminated) else ''}; {kept}")
+            stopped = getattr(e, "cancelled", None)  # the work the command stopped, where it says (matrix)
+            said(f"interrupted{f' by {e}' if isinstance(e, Terminated) else ''}; {kept}"
+                 + (f"; {stopped}" if stopped else ""))
             raise typer.Exit(interrupted_exit_code(e))
         except BrokenPipeError:  # the reader went away (`| head -1`): the work stands, nothing more is shown
             quiet_stdout()

@@ -33,7 +33,7 @@ from vitexport.cli.options import (
     source_spec,
 )
 from vitexport.cli.running import handle_errors, progress_for, said, stdout_to_stderr
-from vitexport.core.errors import ExitCode, RegressionError, UsageError, VitexportError
+from vitexport.core.errors import ClusterLost, ExitCode, RegressionError, UsageError, VitexportError
 
 
 def _bench_help() -> str:
@@ -228,17 +228,31 @@ def matrix(plan: Annotated[Path, typer.Argument(help="The plan: models, targets 
                     "vitexport[ray]).")] = None,
            device: Annotated[str, typer.Option(
                help="Where it runs: this machine's name among the plan's devices (and a local Ray cluster's device).")] = "local",
+           node_wait: Annotated[Optional[float], typer.Option(
+               "--node-wait", metavar="SECONDS",
+               help="With --ray: once no node carries a device its timings need, how long they wait for one to "
+                    "join before their cells end as errors (default 60).")] = None,
            as_json: JsonOpt = False,
            quiet: QuietOpt = False,
            ) -> None:
     """Export, verify and time models × targets × devices from a plan; cached, resumable, local or on Ray.
-    Exit 4 if a cell failed its check, 1 if one raised, 3 if none could run here."""
+    Exit 4 if a cell failed its check, 1 if one ended in an error (or the Ray cluster was lost), 3 if
+    none could run here."""
+    from vitexport.core.termination import Terminated
     from vitexport.matrix.plan import load_plan
     from vitexport.matrix.run import run
 
     spec = load_plan(plan)
-    with stdout_to_stderr(as_json):
-        result = run(spec, out, workers=workers, ray=ray, device=device, progress=None if quiet else said)
+    if node_wait is not None and ray is None:
+        raise UsageError("--node-wait applies to --ray runs (it bounds the wait for a cluster's device node)")
+    try:
+        with stdout_to_stderr(as_json):
+            result = run(spec, out, workers=workers, ray=ray, device=device, node_wait=node_wait,
+                         progress=None if quiet else said)
+    except (ClusterLost, KeyboardInterrupt, Terminated) as e:  # what finished, as --json promises; then the line
+        if as_json and getattr(e, "result", None):
+            print(json.dumps(e.result, indent=2))
+        raise
     if as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -249,7 +263,7 @@ def matrix(plan: Annotated[Path, typer.Argument(help="The plan: models, targets 
     if code:
         counts = result["matrix"]["counts"]
         what = {ExitCode.PARITY: f"{counts.get('failed', 0)} cell(s) failed their check",
-                ExitCode.FAILURE: f"{counts.get('error', 0)} cell(s) raised an error",
+                ExitCode.FAILURE: f"{counts.get('error', 0)} cell(s) ended in an error",
                 ExitCode.UNAVAILABLE: "no cell could run here"}[code]
         said(f"matrix: {what} (see {result['files']['md']})")
         raise typer.Exit(code)

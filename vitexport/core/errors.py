@@ -100,6 +100,15 @@ class ParityError(VitexportError):
         self.result = result or {}
 
 
+class ClusterLost(VitexportError):
+    """The cluster a run was using went away under it (its head, or the connection to it). What had
+    finished is kept; ``result`` holds the report of it, as ``--json`` prints it."""
+
+    def __init__(self, message: str, result: dict | None = None):
+        super().__init__(message)
+        self.result = result
+
+
 class RegressionError(VitexportError):
     """Worse than a baseline beyond the margin: slower rows in a bench, worse parity numbers in a
     verify. ``result`` holds the full result with its comparison, as ``--json`` prints it."""

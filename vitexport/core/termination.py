@@ -61,3 +61,16 @@ def signals_raise():
 def exit_code(error: BaseException) -> int:
     """128 + N for a signal's exception (130 for Ctrl-C)."""
     return error.exit_code if isinstance(error, Terminated) else 128 + signal.SIGINT
+
+
+def signal_in(error: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt or Terminated that `error` is, or came from: a signal's exception raised
+    while a C extension runs (Ray's wait, say) comes back out of it as a SystemError caused by it."""
+    seen: BaseException | None = error
+    for _ in range(16):  # a chain, not a cycle
+        if seen is None:
+            return None
+        if isinstance(seen, (KeyboardInterrupt, Terminated)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -121,9 +121,23 @@ class LocalPool:
     def busy(self) -> bool:
         return any(self.queued.values()) or any(w.job is not None for w in self.workers)
 
-    def close(self, abort: bool) -> None:
+    def cancel(self, **_) -> str | None:
+        """Stop the workers at once, mid-cell; say which work was stopped (None: none was)."""
+        busy = [w.job[1] for w in self.workers if w.job is not None]
+        self._stop(now=True)
+        if not busy:
+            return None
+        counts = ", ".join(f"{busy.count(k)} {k}{'s' if busy.count(k) != 1 else ''}"
+                           for k in ("export", "timing") if k in busy)
+        return f"stopped {len(busy)} worker process{'es' if len(busy) != 1 else ''} mid-cell ({counts})"
+
+    def close(self) -> None:
+        """Let the workers end once idle (after `cancel`: they are already gone)."""
+        self._stop(now=False)
+
+    def _stop(self, now: bool) -> None:
         for w in self.workers:
-            w.stop(now=abort)
+            w.stop(now=now)
         for w in self.workers:
             w.wait()
         self.workers = []

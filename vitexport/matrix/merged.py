@@ -131,11 +131,12 @@ def section(matrix: "Matrix", where: str) -> dict[str, Any]:
             "cached": {"exports": sum(e.cached for e in matrix.exports),
                        "timings": sum(t.cached for c in matrix.cells for t in c.timings),
                        "exports_run": sum(not e.cached and e.record is not None for e in matrix.exports),
-                       "timings_run": sum(not t.cached and t.record is not None for c in matrix.cells
+                       "timings_run": sum(not t.cached and t.record is not None and t.record.get("ran", True)
+                                          for c in matrix.cells
                                           for t in c.timings)},
             "devices": {name: ({"nodes": m.get("nodes")} if "fingerprint" in m else {"unavailable": m.get("reason")})
                         for name, m in matrix.machines.items()},
-            "cells": cells, "fastest": fastest(cells)}
+            "stopped": matrix.stopped, "cells": cells, "fastest": fastest(cells)}
 
 
 def cell_dict(cell: "Cell") -> dict[str, Any]:
@@ -207,6 +208,9 @@ def markdown_text(merged: dict) -> str:
     lines = [f"# vitexport matrix: {m['name']}", "",
              f"Plan `{Path(m['plan']).name}`, run on {m['ran_on']}: " + ", ".join(
                  f"{n} {status}" for status, n in sorted(m["counts"].items())) + f" (exit {m['exit_code']}).", ""]
+    if m.get("stopped"):
+        lines += [f"**Ended early:** {m['stopped']['reason']}. The cells marked cancelled did not finish; the cache "
+                  "keeps every one that did, and the same command run again does only the rest.", ""]
     if m["fastest"]:
         lines += ["## Fastest verified artifact per model and device", "",
                   "| model | device | batch | fastest | p50 ms | images/s | cosine | of |",

@@ -13,23 +13,35 @@
 
 `--ray local` starts a cluster on this machine whose node carries `device:<--device>` (default
 `device:local`) and stops it at the end, also when the run is interrupted; `--ray ADDRESS` joins a
-running cluster, and its nodes run this vitexport's code (shipped with each task).
+running cluster, and its nodes run this vitexport's code (shipped with each task); a cluster that
+requires a token is joined with Ray's own (`vitexport.matrix.ray_auth`).
+
+While it runs, the cluster is watched (`vitexport.matrix.ray_watch`): a device that no live node
+carries any more is said at once, its timings wait `node_wait` seconds for a node to join and then end
+as errors with the reason; a lost head (or connection to it) ends the run with `ClusterLost` within
+seconds. Whatever ends it early, the tasks still out are cancelled (`ray.cancel`) and `cancel` says
+which.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from vitexport.core.errors import BackendUnavailable
+from vitexport.core.errors import BackendUnavailable, ClusterLost
+from vitexport.core.termination import signal_in
 from vitexport.matrix.cells import describe
 
 PROBE_TIMEOUT_S = 600  # a device node may first install the task's runtime environment
 CONNECT_TIMEOUT_S = 10  # a head that does not answer a TCP connection by then is unreachable from here
 RAY_PORT = 6379  # the head's default GCS port, when an address names none
 CANCEL_WAIT_S = 30  # how long cancelled tasks get to clean up before the cluster is stopped
+LEFT_BEHIND = False  # set when a run left its connection to a lost cluster open (see RayPool.close)
+NODE_WAIT_S = 60.0  # default --node-wait: how long timings wait for a node with their device to join
 
 
 def require_ray():
@@ -41,31 +53,52 @@ def require_ray():
 
 
 class RayPool:
-    def __init__(self, address: str, device: str):
+    def __init__(self, address: str, device: str, node_wait: float = NODE_WAIT_S,
+                 say: Callable[[str], None] | None = None):
         ray = self.ray = require_ray()
-        self.address, self.owned = address, False
+        self.address, self.owned, self.node_wait = address, False, node_wait
+        self.say = say or (lambda line: None)
+        global LEFT_BEHIND
+        if LEFT_BEHIND and ray.is_initialized():  # an earlier run's connection to a cluster that was lost
+            ray.shutdown()
+        LEFT_BEHIND = False
         if not ray.is_initialized():  # else the caller's own connection is used as it is
             # ERROR: Ray's own notices (token authentication, ...) are not the user's concern; its errors are.
             options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
             if address not in ("local", "auto"):
                 check_reachable(address)
+                join_checks(address)
+            from ray.exceptions import AuthenticationError
+
+            handlers = {sig: signal.getsignal(sig) for sig in caught_signals()}
             try:
                 if address == "local":
                     ray.init(address="local", resources={f"device:{device}": 1}, **options)
                 else:  # the nodes run this machine's vitexport: shipped with the job
                     ray.init(address=address, runtime_env={"py_modules": [package_folder()],
                                                            "excludes": ["__pycache__", "*.pyc"]}, **options)
+            except AuthenticationError:  # the head refused the token after the check above let it by
+                from vitexport.matrix.ray_auth import refused
+
+                ray.shutdown()
+                raise BackendUnavailable(refused(address)) from None
             except (ConnectionError, ValueError, RuntimeError) as e:
                 ray.shutdown()
                 raise BackendUnavailable(f"cannot reach the Ray cluster at {address}: {describe(e)}") from None
             except BaseException:  # interrupted while the cluster started: stop what did start
                 ray.shutdown()
                 raise
+            finally:
+                restore(handlers)  # ray.init's SIGTERM handler exits 1 (or 15): the contract's 143 is ours to give
             self.owned = True
         self.driver_node = ray.get_runtime_context().get_node_id()
         self.pending: dict[Any, tuple[Any, str, dict]] = {}
         self.packed: dict[str, Any] = {}  # artifact path here -> ObjectRef of its packed bytes
         self.cpus: dict[str, float] = {}
+        self.placement = None
+        from vitexport.matrix.ray_watch import Watch
+
+        self.watch = Watch(ray.nodes, head_of(ray, address)).start()
 
     def where(self) -> str:
         return "a local Ray cluster" if self.address == "local" else f"the Ray cluster at {self.address}"
@@ -92,6 +125,11 @@ class RayPool:
             except Exception as e:  # the node is gone, or never answered
                 ray.cancel(ref)
                 out[name] = {"reason": f"the node carrying device:{name} did not answer: {describe(e)}"}
+        from vitexport.matrix.ray_watch import Node, Placement
+
+        carriers = {name: [Node.from_ray(n) for n in nodes if n["NodeID"] in out[name]["nodes"]]
+                    for name in out if "fingerprint" in out[name]}
+        self.placement = Placement(self.node_wait, {name: self.cpus[name] for name in carriers}, carriers)
         return out
 
     def submit(self, ticket: Any, kind: str, job: dict, device: str | None = None) -> None:
@@ -111,26 +149,65 @@ class RayPool:
 
             self.packed[path] = ray.put(pack(Path(path)))
         task = ray.remote(time_on_node).options(resources={f"device:{device}": 1}, num_cpus=self.cpus[device])
-        self.pending[task.remote(job, self.packed[path])] = (ticket, kind, {"job": job})
+        self.pending[task.remote(job, self.packed[path])] = (ticket, kind, {"job": job, "device": device})
 
     def collect(self, timeout: float) -> list[tuple[Any, dict]]:
         ray = self.ray
         if not self.pending:
             return []
-        ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=timeout)
-        if ready:  # and whatever else is done by now
-            ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0)
-        finished = []
+        finished = self.watched()
+        if finished:
+            return finished
+        try:
+            ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=timeout)
+            if ready:  # and whatever else is done by now
+                ready, _ = ray.wait(list(self.pending), num_returns=len(self.pending), timeout=0)
+        except Exception as e:  # a signal inside Ray's call, or the driver's own connection broke
+            interrupted = signal_in(e)
+            if interrupted is not None:
+                raise interrupted from None
+            raise ClusterLost(f"lost the connection to {self.where()}: {self.watch.head_lost or describe(e)}") from None
         for ref in ready:
-            ticket, kind, extra = self.pending.pop(ref)
+            ticket, kind, extra = self.pending[ref]
             try:
                 result = ray.get(ref)
                 if kind == "export":
                     result = self.arrived(result, extra)
             except Exception as e:
+                interrupted = signal_in(e)
+                if interrupted is not None:  # the task stays pending: close() cancels it
+                    raise interrupted from None
                 result = {"status": "error", "reason": describe(getattr(e, "cause", None) or e), "seconds": None,
                           "rows": []}
+            del self.pending[ref]
             finished.append((ticket, result))
+        return finished
+
+    def watched(self) -> list[tuple[Any, dict]]:
+        """What watching the cluster changes: ClusterLost once the head is lost; a line when a
+        device's last node left (or one joined again); the timings that waited for a device in vain,
+        cancelled and returned as errors with the reason."""
+        if self.watch.head_lost:
+            raise ClusterLost(f"lost {self.where()}: {self.watch.head_lost}")
+        if self.placement is None:
+            return []
+        needed = {extra["device"] for _, kind, extra in self.pending.values() if kind == "timing"}
+        alive, left = self.watch.snapshot()
+        if not self.watch.seen.is_set():
+            return []
+        notices, expired = self.placement.update(alive, left, needed, time.monotonic())
+        for line in notices:
+            self.say(line)
+        finished = []
+        for ref, (ticket, kind, extra) in list(self.pending.items()):
+            if kind == "timing" and extra["device"] in expired:
+                try:
+                    self.ray.cancel(ref)  # still pending: it never starts
+                except Exception:  # already gone with its node
+                    pass
+                del self.pending[ref]
+                finished.append((ticket, {"status": "error", "reason": self.placement.reason(extra["device"]),
+                                          "rows": [], "machine": None, "seconds": None, "ran": False}))
         return finished
 
     def arrived(self, result: dict, extra: dict) -> dict:
@@ -159,18 +236,89 @@ class RayPool:
     def busy(self) -> bool:
         return bool(self.pending)
 
-    def close(self, abort: bool) -> None:
+    def cancel(self, lost: bool = False) -> str | None:
+        """Cancel the tasks still out and say which (`lost`: the head is gone, so nothing waits for
+        them to answer); None when none was."""
         ray = self.ray
-        if abort and self.pending:
-            for ref in self.pending:
+        self.watch.stop()
+        if not self.pending:
+            return None
+        kinds = [kind for _, kind, _ in self.pending.values()]
+        for ref in self.pending:
+            try:
                 ray.cancel(ref)  # raises in the task, whose cleanup then runs
+            except Exception:
+                pass
+        if not lost:
             try:
                 ray.wait(list(self.pending), num_returns=len(self.pending), timeout=CANCEL_WAIT_S)
             except Exception:
                 pass
         self.pending = {}
-        if self.owned:
-            ray.shutdown()  # stops a cluster started here; leaves a joined one running
+        return f"cancelled {tasks(kinds)} on {self.where()}"
+
+    def close(self) -> None:
+        """End the run's use of the cluster: stop a cluster started here, leave a joined one running.
+        After a lost head the connection is left for Ray's own shutdown at exit (or the next run's):
+        disconnecting from a head that is gone waits for it, and the user should first hear why."""
+        global LEFT_BEHIND
+        self.watch.stop()
+        self.pending = {}
+        if self.owned and self.watch.head_lost:
+            LEFT_BEHIND = True
+        elif self.owned:
+            self.ray.shutdown()
+
+
+def tasks(kinds: list[str]) -> str:
+    """'3 Ray tasks (2 timings, 1 export)'."""
+    counts = {k: kinds.count(k) for k in ("export", "timing") if k in kinds}
+    inner = ", ".join(f"{n} {k}{'s' if n != 1 else ''}" for k, n in counts.items())
+    return f"{len(kinds)} Ray task{'s' if len(kinds) != 1 else ''} ({inner})"
+
+
+def caught_signals() -> list:
+    from vitexport.core.termination import caught
+
+    return caught()
+
+
+def restore(handlers: dict) -> None:
+    """Put back the signal handlers that were there before ray.init replaced some of them."""
+    for sig, handler in handlers.items():
+        try:
+            if signal.getsignal(sig) is not handler and handler is not None:
+                signal.signal(sig, handler)
+        except (OSError, ValueError):  # not the main thread: Ray set nothing there either
+            pass
+
+
+def join_checks(address: str) -> None:
+    """Before joining: a token to send when RAY_AUTH_MODE=token, and a head that accepts ours."""
+    from vitexport.matrix.ray_auth import check_authenticated, check_token_given
+
+    check_token_given(address)
+    if "://" not in address:  # a head's GCS address (ray:// is Ray's client server: it checks the token itself)
+        check_authenticated(address, hostport(address))
+
+
+def head_of(ray, address: str) -> tuple[str, int]:
+    """The head's GCS host and port, which the watch knocks on."""
+    try:
+        gcs = ray.get_runtime_context().gcs_address
+    except Exception:
+        gcs = None
+    host, _, port = (gcs or hostport(address)).rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def hostport(address: str) -> str:
+    """HOST:PORT of an address (`ray://HOST:PORT`, `HOST`, `[::1]:6379`), with Ray's default port."""
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        host, port = hostport, str(RAY_PORT)
+    return f"{host}:{port}"
 
 
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
@@ -178,10 +326,7 @@ def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     firewall): ray.init would otherwise retry for minutes and end in its own connection noise."""
     import socket
 
-    hostport = address.split("://", 1)[-1].rstrip("/")
-    host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit():
-        host, port = hostport, str(RAY_PORT)
+    host, _, port = hostport(address).rpartition(":")
     host = host.strip("[]")  # [::1]:6379
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):

@@ -5,8 +5,12 @@ pool (local worker processes, or Ray), recorded as it finishes, and merged into 
 A cell is one model × target × bench target × device; it has one timing per batch size. Its status:
 `passed` (verified and timed), `unchecked` (built and timed, but its numbers can only be checked on
 the target: `vitexport verify` there), `failed` (its check failed: parity, accuracy gate, or an
-artifact damaged on the way), `error` (the export or a timing raised), `unavailable` (its backend,
-bench target or device is not reachable from here).
+artifact damaged on the way), `error` (the export or a timing raised, or its device's node left the
+cluster and none joined in time), `unavailable` (its backend, bench target or device is not reachable
+from here), `cancelled` (the run ended before it: a signal, a lost cluster; the next run does it).
+
+A run that ends early still writes its report (every cell, the unfinished ones `cancelled`, and
+`matrix.stopped`: why, and the exit code), and the cache keeps every export and timing that finished.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from vitexport.core.errors import ExitCode
+from vitexport.core.errors import ClusterLost, ExitCode
+from vitexport.core.termination import signal_in
 from vitexport.core.words import milliseconds
 from vitexport.matrix.cache import Cache
 from vitexport.matrix.keys import Digests, digest, export_inputs, timing_inputs
@@ -76,6 +81,7 @@ class Matrix:
                 self.exports.append(e)
         self.cells = [c for e in self.exports for c in e.cells]
         self.progress.total = len(self.cells)
+        self.stopped: dict[str, Any] | None = None  # why the run ended early, and its exit code
 
     def run(self, pool) -> None:
         self.pool = pool
@@ -179,9 +185,19 @@ class Matrix:
         self.progress.skipped(sum(1 for t in cell.timings if t.record is None))
         self.progress.cell_done(cell)
 
+    def stop(self, by: str, reason: str, exit_code: int) -> None:
+        """The run ends early: every cell not finished is `cancelled`, with the reason."""
+        self.stopped = {"by": by, "reason": reason, "exit_code": exit_code}
+        for cell in self.cells:
+            if cell.status is None:
+                cell.status, cell.reason = "cancelled", f"not finished: {reason}"
+
     # -- outcome ---------------------------------------------------------------------------------------
-    def exit_code(self) -> ExitCode:
-        """4 when a check failed, else 1 when something raised, else 3 when nothing could run here, else 0."""
+    def exit_code(self) -> int:
+        """The early end's code when it ended early; else 4 when a check failed, else 1 when something
+        raised, else 3 when nothing could run here, else 0."""
+        if self.stopped is not None:
+            return self.stopped["exit_code"]
         statuses = {c.status for c in self.cells}
         if "failed" in statuses:
             return ExitCode.PARITY
@@ -287,18 +303,28 @@ def describe(cell: Cell) -> str:
 
 
 def run(plan: Plan, out: str | Path = "vitexport-out/matrix", *, workers: int = 1, ray: str | None = None,
-        device: str = "local", progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        device: str = "local", node_wait: float | None = None,
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run `plan` into `out` and return the merged report (`report["matrix"]["exit_code"]` says how it went).
 
     `workers`: export processes on this machine (timings always run alone); `ray`: "local" to start a
     Ray cluster here, or the address of one to join; `device`: this machine's name among the plan's
-    devices (and the device resource of a local Ray cluster)."""
+    devices (and the device resource of a local Ray cluster); `node_wait`: on Ray, how long timings
+    wait for a node that carries their device to join once none is left (default 60 s).
+
+    A run that ends early writes the report of what finished and raises: `ClusterLost` (its
+    `result` is that report) when the Ray cluster went away, KeyboardInterrupt or `Terminated` (with
+    `result`, and `cancelled`: the work that was stopped) on a signal. After `ClusterLost` the Ray
+    connection is left to `ray.shutdown()` (Ray calls it at exit, the next run before joining), as
+    disconnecting from a head that is gone waits for it."""
     from vitexport.core.options import check_number
     from vitexport.export.staging import prepare_out_dir
     from vitexport.matrix import merged
     from vitexport.matrix.plan import DEVICE_NAME
 
     check_number(workers, "--workers", minimum=1, maximum=1024)
+    if node_wait is not None:
+        check_number(node_wait, "--node-wait", minimum=0, maximum=7 * 24 * 3600)
     if not DEVICE_NAME.match(device):
         from vitexport.core.errors import UsageError
 
@@ -306,21 +332,65 @@ def run(plan: Plan, out: str | Path = "vitexport-out/matrix", *, workers: int = 
     out = prepare_out_dir(out).resolve()
     merged.check_writable(out, plan)
     matrix = Matrix(plan, out, progress)  # every key, and so every input file's digest, before any work
-    pool = make_pool(ray, workers, device, out)
+    pool = make_pool(ray, workers, device, out, node_wait, matrix.progress.write)
     try:
         matrix.run(pool)
-    except BaseException:
-        pool.close(abort=True)
-        raise
-    pool.close(abort=False)
+    except BaseException as error:
+        e = signal_in(error) or error  # a signal that surfaced through a C extension as SystemError
+        ending = early_end(e)
+        try:
+            cancelled = pool.cancel(lost=isinstance(e, ClusterLost))
+            if ending is None:  # a bug: nothing to add to it
+                raise
+            matrix.stop(*ending)
+            report = write_stopped(matrix, pool.where())
+        finally:
+            pool.close()
+        if isinstance(e, ClusterLost):
+            done = sum(c.status not in ("cancelled", None) for c in matrix.cells)
+            kept = f"{done} of {len(matrix.cells)} cells finished and are kept" + (
+                f" (report: {report['files']['md']})" if report else "")
+            raise ClusterLost(f"{e}; {kept}; {cancelled or 'nothing was left running'}; run it again to resume",
+                              result=report) from None
+        e.result, e.cancelled = report, cancelled  # for the CLI's line and --json
+        raise e from None
+    pool.close()
     return merged.write(matrix, where=pool.where())
 
 
-def make_pool(ray: str | None, workers: int, device: str, out: Path):
+def early_end(error: BaseException) -> tuple[str, str, int] | None:
+    """(what ended the run, the reason its unfinished cells get, the exit code) for an interruption
+    or a lost cluster; None for anything else."""
+    from vitexport.core.termination import Terminated
+    from vitexport.core.termination import exit_code as signal_exit_code
+
+    if isinstance(error, ClusterLost):
+        return "cluster", str(error), int(error.exit_code)
+    if isinstance(error, KeyboardInterrupt):
+        return "SIGINT", "the run was interrupted (Ctrl-C)", signal_exit_code(error)
+    if isinstance(error, Terminated):
+        return str(error), f"the run was interrupted by {error}", signal_exit_code(error)
+    return None
+
+
+def write_stopped(matrix: Matrix, where: str) -> dict[str, Any] | None:
+    """The report of a run that ended early, or None when it cannot be written (the early end is
+    what the user must hear about, not a full disk on top of it)."""
+    from vitexport.core.errors import VitexportError
+    from vitexport.matrix import merged
+
+    try:
+        return merged.write(matrix, where=where)
+    except (VitexportError, OSError):
+        return None
+
+
+def make_pool(ray: str | None, workers: int, device: str, out: Path, node_wait: float | None = None,
+              say: Callable[[str], None] | None = None):
     if ray is None:
         from vitexport.matrix.local import LocalPool
 
         return LocalPool(workers, device, out)
-    from vitexport.matrix.ray_pool import RayPool
+    from vitexport.matrix.ray_pool import NODE_WAIT_S, RayPool
 
-    return RayPool(ray, device)
+    return RayPool(ray, device, NODE_WAIT_S if node_wait is None else node_wait, say)

@@ -28,7 +28,8 @@ def summary(merged: dict[str, Any]) -> None:
         print_table(console, table)
     for c in m["cells"]:
         if c["status"] != "passed":
-            colour = {"failed": "red", "error": "red", "unavailable": "yellow"}.get(c["status"], "cyan")
+            colour = {"failed": "red", "error": "red", "unavailable": "yellow",
+                      "cancelled": "yellow"}.get(c["status"], "cyan")
             console.print(f"[{colour}]{escape(c['status'])}[/{colour}] {escape(c['id'])}"
                           + (f": {escape(c['reason'])}" if c["reason"] else ""), highlight=False, soft_wrap=True)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(m["counts"].items()))

@@ -380,6 +380,14 @@ class Fastest(Record):
     best: Optional[Best] = None
 
 
+class Stopped(Record):
+    """Why a matrix run ended before its cells did: a signal, a lost cluster."""
+
+    by: str
+    reason: str
+    exit_code: Count
+
+
 class MatrixSection(Record):
     """What a matrix report adds: its plan, every cell with its export's status and parity."""
 
@@ -393,6 +401,7 @@ class MatrixSection(Record):
     counts: dict[str, Count]
     cached: dict[str, Count]
     devices: dict[str, dict[str, Any]] = {}
+    stopped: Optional[Stopped] = None
     exit_code: Count
 
 

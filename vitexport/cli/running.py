@@ -15,7 +15,8 @@ import typer
 
 from vitexport.core import chatter
 from vitexport.core.errors import ExitCode, ParityError, RegressionError, VitexportError
-from vitexport.core.termination import Terminated
+from vitexport.core.termination import Terminated, by_signal
+from vitexport.core.usercode import described
 from vitexport.core.termination import exit_code as interrupted_exit_code
 
 VerboseOpt = Annotated[bool, typer.Option(
@@ -49,7 +50,15 @@ def handle_errors(fn: Callable) -> Callable:
         except VitexportError as e:
             stderr_console().print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code)
+        except SystemExit as e:  # never vitexport's own (a command ends with typer.Exit): code it ran exited
+            line = described("code the command ran (a model's forward pass, a library)", e)
+            stderr_console().print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+            raise typer.Exit(ExitCode.FAILURE)
         except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM, SIGHUP...: cleanup has run
+            if isinstance(e, KeyboardInterrupt) and not by_signal():  # raised by code it ran, not by Ctrl-C
+                line = described("code the command ran (a model's forward pass, a library)", e)
+                stderr_console().print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+                raise typer.Exit(ExitCode.FAILURE)
             kept = AFTER_INTERRUPTION.get(fn.__name__, "nothing was written at the target path")
             said(f"interrupted{f' by {e}' if isinstance(e, Terminated) else ''}; {kept}")
             raise typer.Exit(interrupted_exit_code(e))
@@ -135,3 +144,11 @@ def reopen_closed_streams() -> list[str]:
         setattr(sys, name, os.fdopen(fd, "w", buffering=1))  # a stream on /dev/null, not a file written
         closed.append(name)
     return closed
+
+
+def writable_streams() -> None:
+    """Any text a reader accepted can be printed: on a terminal whose encoding lacks a character (a
+    label in Greek under LANG=C.ISO-8859-1), it is written escaped rather than ending the command."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")

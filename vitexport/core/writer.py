@@ -150,7 +150,8 @@ def fill(path: Path, content: Content, shown: Path | None = None) -> Path:
         if callable(content):
             content(path)
         else:
-            data = content.encode("utf-8") if isinstance(content, str) else content
+            # A lone surrogate (a file name that is not UTF-8, carried in a path) is written escaped.
+            data = content.encode("utf-8", errors="backslashreplace") if isinstance(content, str) else content
             with open(path, "wb") as f:  # the one place vitexport writes a file's bytes itself
                 f.write(data)
                 f.flush()

@@ -14,7 +14,7 @@ from vitexport.backends.executorch.libs import missing
 from vitexport.backends.executorch.options import ExecuTorchOptions
 from vitexport.backends.executorch.prehead import pre_head_of, with_pre_head
 from vitexport.core import writer
-from vitexport.core.errors import ExportError, VitexportError
+from vitexport.core.errors import ExportError, VitexportError, explained
 
 DELEGATE_IDS = {"xnnpack": "XnnpackBackend", "coreml": "CoreMLBackend", "portable": None}
 
@@ -77,7 +77,7 @@ def _stage(name: str, timings: dict, fn):
     except VitexportError:
         raise
     except Exception as e:
-        text = (str(e).strip().splitlines() or [""])[0][:300]
+        text = explained(e)
         raise ExportError(f"ExecuTorch {name} failed: {type(e).__name__}: {text}") from None
     finally:
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0

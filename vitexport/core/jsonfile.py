@@ -73,14 +73,14 @@ def parse(data: bytes, named: str, *, max_depth: int = MAX_DEPTH, error: type[Us
     """`data` parsed as JSON, or `error` starting with `named` (what the bytes are, and whence)."""
     for bom, encoding in BOMS.items():
         if data.startswith(bom):
-            raise error(f"cannot read {named}: it begins with a {encoding} byte-order mark; save it as UTF-8 "
-                        "without one")
+            raise error(f"cannot read {named}: it is not readable JSON (it begins with a {encoding} byte-order "
+                        "mark; save it as UTF-8 without one)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line, column = _place(data, e.start)
-        raise error(f"cannot read {named}: it is not UTF-8 text (byte 0x{data[e.start]:02x} at line {line}, "
-                    f"column {column})") from None
+        raise error(f"cannot read {named}: it is not readable JSON (not UTF-8 text: byte 0x{data[e.start]:02x} "
+                    f"at line {line}, column {column})") from None
     try:
         value = json.loads(text, object_pairs_hook=_pairs, parse_int=lambda t: _number(t, int),
                            parse_float=lambda t: _number(t, float))

@@ -35,9 +35,8 @@ def failed(who: str, error: BaseException, position: int | None, kind: type[Sour
 def described(who: str, error: BaseException, position: int | None = None) -> str:
     """One line: who failed, how, where in the user's code, and what it wrote when it said nothing."""
     if isinstance(error, SystemExit):
-        code = error.code if error.code is not None else 0
-        message = "" if isinstance(code, int) else str(code)
-        how = f"{who} called sys.exit({code!r})"
+        message = "" if error.code is None or isinstance(error.code, int) else str(error.code)
+        how = f"{who} called sys.exit({error.code!r})"
     else:
         message = explained(error, default="")
         how = f"{who} failed: {type(error).__name__}" + (f": {message}" if message else " (with no message)")

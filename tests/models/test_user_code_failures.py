@@ -78,8 +78,8 @@ def invoke(path: Path):
     from vitexport.core.termination import signals_raise
 
     with signals_raise():  # as `main` runs every command: a KeyboardInterrupt not signalled is the code's own
-        return CliRunner().invoke(app, ["torchscript", "--model", f"{path}:make", "--out", str(path.parent / "out"),
-                                        "--quiet", "--no-verify"])
+        return CliRunner().invoke(app, ["torchscript", "--model", f"{path}:make", "--out",
+                                        str(path.parent / f"out-{path.stem}"), "--quiet", "--no-verify"])
 
 
 def test_users_code_failing_any_way_is_an_error_naming_it(tmp_path):
@@ -135,3 +135,19 @@ def test_a_factory_crashing_ends_with_a_documented_code_and_its_cause(tmp_path, 
     assert all(text in run.stderr for text in said), run.stderr[-3000:]
     assert "internal error" not in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("*.pt"))
+
+
+@pytest.mark.parametrize("body, code, said", [
+    ("sys.exit(3)", 1, "called sys.exit(3) at"),
+    ("raise KeyboardInterrupt", 1, "failed: KeyboardInterrupt (with no message) at"),
+    ("raise RuntimeError", 1, "TorchScript trace failed: RuntimeError: (no message) (raised at"),
+])
+def test_a_forward_pass_failing_only_while_traced_is_named_too(tmp_path, body, code, said):
+    """Past the first forward, the exporter traces the model: what it raises there is named, with its frame."""
+    forward = f"if torch.jit.is_tracing(): {body}"
+    path = tmp_path / "traced.py"
+    path.write_text(MODEL.format(top="", factory="pass", forward=forward), encoding="utf-8")
+    result = invoke(path)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == code, (result.exit_code, result.stderr)
+    assert lines[-1].startswith("error:") and said in lines[-1] and f"{path}:" in lines[-1], lines

@@ -49,6 +49,14 @@ def described(who: str, error: BaseException, position: int | None = None) -> st
     return how
 
 
+def raised(error: BaseException) -> str:
+    """`Type: message` of what a library raised while it ran the user's model (a tracer, a converter),
+    the message whole, with the frame of the user's code it came through when there is one."""
+    frame = users_frame(error)
+    return f"{type(error).__name__}: {explained(error, default='(no message)')}" + (
+        f" (raised at {frame})" if frame else "")
+
+
 def users_frame(error: BaseException) -> str | None:
     """`file:line in function` of the innermost frame of the traceback in code that is neither
     vitexport's, the standard library's nor an installed package's; None when there is none."""

@@ -193,8 +193,9 @@ def exported(be: Backend, loaded, options, out_path: Path, upstream: Upstream | 
     except VitexportError:
         raise
     except Exception as e:
-        text = explained(e)
-        raise ExportError(f"{be.name} export failed: {type(e).__name__}: {text}") from e
+        from vitexport.core.usercode import raised
+
+        raise ExportError(f"{be.name} export failed: {raised(e)}") from e
 
 
 def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | None = None,
@@ -265,8 +266,9 @@ def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int 
                 from None
         if isinstance(e, VitexportError):
             raise
-        text = explained(e)
-        raise RuntimeFailure(f"{record.backend} could not run {path.name}: {type(e).__name__}: {text}") from e
+        from vitexport.core.usercode import raised
+
+        raise RuntimeFailure(f"{record.backend} could not run {path.name}: {raised(e)}") from e
     record.parity, record.provider, record.status = report, provider, status_of(report)
     result = result_of(record, path, {})
     result["artifact_modified"] = changed is not None

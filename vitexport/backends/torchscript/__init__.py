@@ -22,6 +22,7 @@ from vitexport.backends.base import (
 )
 from vitexport.core import writer
 from vitexport.core.errors import ExportError, RuntimeFailure, explained
+from vitexport.core.usercode import raised
 
 if TYPE_CHECKING:
     import numpy as np
@@ -87,7 +88,7 @@ class TorchScriptBackend(Backend):
             program = io.BytesIO()
             torch.jit.save(traced, program)  # in memory: torch's own file writer aborts the process on a full disk
         except Exception as e:
-            raise ExportError(f"TorchScript trace failed: {type(e).__name__}: {explained(e)}") from None
+            raise ExportError(f"TorchScript trace failed: {raised(e)}") from None
         writer.fill(out_path, program.getvalue())
         return Artifact(out_path, self.name, input_names=[options.input_name],
                         output_names=output_names(loaded, options), dynamic_batch=options.dynamic_batch,

@@ -55,7 +55,7 @@ def _raise(signum: int, frame) -> None:
 @contextlib.contextmanager
 def signals_raise():
     """Within this block, termination signals raise in the main thread (see the module's note)."""
-    global _active
+    global _active, _received
     previous = {}
     for sig in caught():
         try:
@@ -64,11 +64,15 @@ def signals_raise():
             previous[sig] = signal.signal(sig, _raise)
         except (OSError, ValueError):  # not the main thread, or not catchable here
             pass
-    _active += 1
+    counted = signal.SIGINT in previous  # only then is a Ctrl-C known when it comes
+    if counted:
+        _active += 1
+        if _active == 1:  # a new run: no signal yet
+            _received = False
     try:
         yield
     finally:
-        _active -= 1
+        _active -= counted
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 

@@ -95,9 +95,8 @@ class Cache:
     what is built, checked and timed replaces its entry."""
 
     def __init__(self, root: Path, reuse: bool = True):
-        from vitexport.export.staging import clean_stale
-
         from vitexport.core.writer import folder
+        from vitexport.export.staging import clean_stale
 
         self.root, self.reuse = Path(root), reuse
         self.builds = folder(folder(self.root) / "builds")  # a file or link there: refused, naming it

@@ -764,3 +764,4 @@ def test_a_folder_the_matrix_keeps_under_out_that_is_a_file_is_refused_before_an
     result = CliRunner().invoke(app, ["matrix", str(plan), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and str(tmp_path / "out" / "cache") in result.stderr, result.output
     assert (tmp_path / "out" / "cache").read_text() == "mine"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["cache"]  # no export ran, no worker started

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 from vitexport.backends.base import Availability, Diagnosis
+from vitexport.core.errors import explained
 from vitexport.core.progress import ProgressLike, using
 
 SCHEMA = "vitexport.doctor/1"
@@ -110,5 +111,5 @@ def tried_diagnosis(be) -> Diagnosis:
 
 
 def failure(e: BaseException) -> str:
-    text = (str(e).strip().splitlines() or [""])[0][:300]
+    text = explained(e)
     return f"{type(e).__name__}: {text}" if text else type(e).__name__

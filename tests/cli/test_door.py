@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,9 +40,14 @@ SETTINGS = settings(max_examples=FUZZ_EXAMPLES or 10, deadline=None, database=No
 EDGE_NUMBERS = [0, -0.0, -1, 1, 2**31, 2**63, -(2**63), 2**64, 1e308, -1e308, 5e-324, float("nan"), float("inf"),
                 float("-inf"), 1e-300, 0.5, 1.0000001, -1.0000001, 86_400_001.0]
 HOSTILE_TEXT = ["", "2", "1e308", "NaN", "true", "null", "../../etc/passwd", "/dev/zero", "[red]x[/red]", "\x00",
-                "\u202e\u0000\ud7ff", "é" * 3, "a" * 5000, "{0}%s%d", "<script>document.title='x'</script>", "\n\n"]
+                "\u202e\u0000\ud7ff", "é" * 3, "a" * 5000, "{0}%s%d", "<script>document.title='x'</script>", "\n\n",
+                "\ud800", "x\udfffy", "\x1b[2J", "\u0085\u2028\ufeff", "\U0010ffff"]
+# Integers far beyond any field (Hypothesis itself shows at most 4,300 digits; tests/core/test_jsonfile.py
+# writes longer ones as text).
+HUGE_INTEGERS = st.integers(min_value=10**300, max_value=10**4000) | st.integers(min_value=-10**4000, max_value=-10**300)
 SCALARS = st.one_of(st.sampled_from(EDGE_NUMBERS), st.sampled_from(HOSTILE_TEXT), st.booleans(), st.none(),
-                    st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=40))
+                    st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=40),
+                    st.text(alphabet=st.characters(exclude_categories=()), max_size=12), HUGE_INTEGERS)
 VALUES = st.one_of(SCALARS, st.lists(SCALARS, max_size=3), st.dictionaries(st.text(max_size=8), SCALARS, max_size=3))
 
 
@@ -83,9 +89,42 @@ def mutated(data, document):
     return document
 
 
+def dumped(document) -> str:
+    """JSON text as Python writes it (NaN and Infinity as tokens, lone surrogates escaped), integers of
+    any length included."""
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        return json.dumps(document)
+    finally:
+        sys.set_int_max_str_digits(limit)
+
+
 def write(path: Path, document) -> Path:
-    path.write_text(json.dumps(document), encoding="utf-8")  # NaN and Infinity as JSON tokens, as Python writes them
+    path.write_text(dumped(document), encoding="utf-8")
     return path
+
+
+def raw_mutated(data, document) -> bytes:
+    """The document's text with a change at the bytes: a key given again with another value, a
+    byte-order mark, another encoding, or bytes that are not UTF-8."""
+    text = dumped(mutated(data, document) if data.draw(st.booleans()) else document)
+    action = data.draw(st.sampled_from(["repeat", "repeat", "bom", "encoding", "bytes"]))
+    if action == "repeat":  # `"key": value` again, right after the first, in one of the objects
+        keys = [m for m in re.finditer(r'"((?:[^"\\]|\\.)*)": ', text)]
+        if keys:
+            at = data.draw(st.sampled_from(keys))
+            again = f'"{at.group(1)}": {dumped(data.draw(SCALARS))}, '
+            return (text[:at.start()] + again + text[at.start():]).encode("utf-8")
+    if action == "bom":
+        return data.draw(st.sampled_from([b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff"])) + text.encode("utf-8")
+    if action == "encoding":
+        return json.dumps(json.loads(text), ensure_ascii=False).encode(data.draw(st.sampled_from(
+            ["utf-16", "utf-16-be", "utf-32", "utf-8"])), errors="surrogatepass")
+    raw = bytearray(text.encode("utf-8"))
+    at = data.draw(st.integers(0, len(raw)))
+    raw[at:at] = data.draw(st.sampled_from([b"\xff", b"\xe9", b"\xc3", b"\xed\xa0\x80", b"\x00"]))
+    return bytes(raw)
 
 
 def answered(result, codes: set[int]) -> None:
@@ -172,6 +211,45 @@ def test_bench_baseline_reads_any_report(real, tmp_path, monkeypatch):
         path = write(tmp_path / "edited.json", mutated(data, document))
         answered(invoke("bench", real["artifact"], "--backend", "onnxruntime", "--batch", "1", "--no-roofline",
                         "--budget-s", "1", "--baseline", path, "--out", tmp_path / "bench", "--quiet"), {0, 2, 5})
+
+    check()
+
+
+@pytest.mark.parametrize("command", ["compare", "report", "bench-baseline", "verify-sidecar", "device-report",
+                                     "device-manifest"])
+def test_every_reader_takes_any_bytes(real, tmp_path, monkeypatch, command):
+    """The same file at the bytes: a key given twice, a byte-order mark, UTF-16, bytes that are not
+    UTF-8, alongside the mutated values (text of any code point, integers of any size)."""
+    from fake_workers import install
+
+    from vitexport.export import sidecar
+
+    install(monkeypatch)
+    artifact = tmp_path / real["artifact"].name
+    shutil.copy(real["artifact"], artifact)
+    shutil.copy(sidecar.path_for(real["artifact"]), sidecar.path_for(artifact))
+    package = tmp_path / real["package"].name
+    shutil.copytree(real["package"], package)
+    target, seed = {"verify-sidecar": (sidecar.path_for(artifact), sidecar.path_for(real["artifact"])),
+                    "device-report": (package / "device-report.json", real["package"] / "device-report.json"),
+                    "device-manifest": (package / "manifest.json", real["package"] / "manifest.json")}.get(
+        command, (tmp_path / "edited.json", real["bench"]))
+    document = loaded(seed)
+    runs = {"compare": (["compare", real["bench"], target, "--out", tmp_path / "merged"], {0, 2}),
+            "report": (["report", target, "--out", tmp_path / "page.html"], {0, 2}),
+            "bench-baseline": (["bench", artifact, "--backend", "onnxruntime", "--batch", "1", "--no-roofline",
+                                "--budget-s", "1", "--baseline", target, "--out", tmp_path / "bench", "--quiet"],
+                               {0, 2, 5}),
+            "verify-sidecar": (["verify", artifact, "--quiet"], {0, 2, 3, 4}),
+            "device-report": (["verify", "--device-report", package / "device-report.json", "--quiet"], {0, 2, 4}),
+            "device-manifest": (["verify", "--device-report", package / "device-report.json", "--quiet"], {0, 2, 4})}
+    args, codes = runs[command]
+
+    @SETTINGS
+    @given(st.data())
+    def check(data):
+        target.write_bytes(raw_mutated(data, document))
+        answered(invoke(*args), codes)
 
     check()
 
@@ -324,3 +402,25 @@ def test_report_refuses_the_numbers_that_broke_its_charts(real, tmp_path, field,
     result = invoke("report", write(tmp_path / "edited.json", document), "--out", tmp_path / "page.html")
     assert result.exit_code == 2 and named in result.stderr, result.stderr
     assert not (tmp_path / "page.html").exists()
+
+
+@pytest.mark.parametrize("command", ["compare", "bench-baseline"])
+@pytest.mark.parametrize("change, named", [
+    (lambda t: re.sub(r'"p50": [^,}]+', '"p50": ' + "7" * 5000, t, count=1), "latency_ms.p50: a number of 5000 digits"),
+    (lambda t: t.replace('"p50": ', '"p50": -1, "p50": ', 1), "latency_ms.p50: the key 'p50' is given twice"),
+    (lambda t: t.replace('"model": ', '"model": "\\ud800", "x": ', 1), "model: the text holds a lone surrogate U+D800"),
+    (lambda t: "\ufeff" + t, "byte-order mark"),
+])
+def test_what_the_standard_library_parses_and_no_reader_takes_is_refused_naming_where(real, tmp_path, monkeypatch,
+                                                                                     command, change, named):
+    from fake_workers import install
+
+    install(monkeypatch)
+    path = tmp_path / "edited.json"
+    path.write_text(change(real["bench"].read_text(encoding="utf-8")), encoding="utf-8")
+    args = ["compare", real["bench"], path, "--out", tmp_path / "merged"] if command == "compare" else \
+        ["bench", real["artifact"], "--backend", "onnxruntime", "--batch", "1", "--no-roofline", "--budget-s", "1",
+         "--baseline", path, "--out", tmp_path / "bench", "--quiet"]
+    result = invoke(*args)
+    assert result.exit_code == 2 and named in result.stderr and str(path) in result.stderr, result.stderr
+    answered(result, {2})

@@ -728,3 +728,40 @@ def test_concurrent_exports_leave_one_consistent_artifact(tmp_path):
     assert leftovers(tmp_path) == []
     complete(tmp_path)
     assert sidecar.read(tmp_path / "shared.onnx").status == "verified"
+
+
+@pytest.mark.parametrize("blocked", ["candidates", "candidates/builds"])
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_a_folder_optimize_keeps_under_out_that_is_a_file_or_link_is_refused_before_any_work(tmp_path, blocked,
+                                                                                             kind):
+    from typer.testing import CliRunner
+
+    from vitexport.cli.app import app
+
+    out = tmp_path / "out"
+    place = out / blocked
+    place.parent.mkdir(parents=True)
+    if kind == "file":
+        place.write_text("mine")
+    else:
+        place.symlink_to(tmp_path)
+    result = CliRunner().invoke(app, ["optimize", "--config", "tiny", "--set", "depth=1", "--out", str(out), "--quiet"])
+    assert result.exit_code == 2, result.output
+    assert str(place) in result.stderr and "internal error" not in result.stderr and result.stderr.count("\n") == 1
+    assert place.is_symlink() or place.read_text() == "mine"
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == \
+        sorted({"candidates", blocked})  # nothing built, nothing else made
+
+
+def test_a_folder_the_matrix_keeps_under_out_that_is_a_file_is_refused_before_any_work(tmp_path):
+    from typer.testing import CliRunner
+
+    from vitexport.cli.app import app
+
+    plan = Path(__file__).resolve().parents[1] / "data" / "door" / "plan.toml"
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "cache").write_text("mine")
+    result = CliRunner().invoke(app, ["matrix", str(plan), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and str(tmp_path / "out" / "cache") in result.stderr, result.output
+    assert (tmp_path / "out" / "cache").read_text() == "mine"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["cache"]  # no export ran, no worker started

@@ -90,3 +90,42 @@ def test_library_and_user_text_is_printed_as_written(tmp_path):
     assert run.returncode == 2
     error = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and name in error[0]
+
+
+TRACE_FAILS = '''
+import sys
+import torch
+
+class Net(torch.nn.Module):
+    input_shape = (1, 3, 8, 8)
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        if torch.jit.is_tracing():  # as a converter does: its log names the op, its exception a source line
+            for i in range(40):
+                print(f"converter: pass {i}", file=sys.stderr)
+            print("converter: No conversion rule found for operations: aten::FloatImplicit", file=sys.stderr)
+            print("converter: giving up", file=sys.stderr)
+            raise RuntimeError("Check 'false' failed at src/frontends/unconverted_ops_report.cpp:151:\\n"
+                               "FrontEnd API failed with GeneralFailure")
+        return self.fc(x).mean(-1)
+
+def make():
+    return Net()
+'''
+
+
+def test_a_failed_export_shows_the_held_lines_that_explain_it(tmp_path):
+    (tmp_path / "net.py").write_text(TRACE_FAILS)
+    run = vitexport(["torchscript", "--model", "net.py:make", "--out", "out", "--quiet"], tmp_path)
+    assert run.returncode == 1, run.stderr
+    lines = run.stderr.splitlines()
+    assert any(line.startswith("--- what libraries wrote to stderr before the failure") and "--verbose shows all"
+               in line for line in lines), run.stderr
+    assert "aten::FloatImplicit" in run.stderr and "converter: giving up" in run.stderr
+    assert "converter: pass 3\n" not in run.stderr  # trimmed to what explains it
+    # The library's own exception is not cut to its first line, which only names a source file.
+    assert lines[-1].startswith("error: ") and "FrontEnd API failed with GeneralFailure" in lines[-1]

@@ -57,3 +57,20 @@ def test_a_reader_that_went_away_is_a_quiet_non_zero_exit(tmp_path, args):
     assert "internal error" not in run.stderr and "Traceback" not in run.stderr and "Exception" not in run.stderr
     if args[0] == "onnx":
         assert published(tmp_path, "piped")
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_any_character_a_report_holds_reaches_a_terminal_of_any_encoding(tmp_path, encoding):
+    """A model named in Greek, a table's ±: on a terminal whose encoding lacks them they are written
+    escaped, never an internal error."""
+    import json
+
+    seed = Path(__file__).resolve().parents[1] / "data" / "door" / "matrix-report.json"
+    report = json.loads(seed.read_text(encoding="utf-8"))
+    report["model"] = "ViT Ω ✓ 𝛑"
+    (tmp_path / "r.json").write_text(json.dumps(report, ensure_ascii=False), encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "vitexport", "compare", "r.json", "--out", "out"], cwd=tmp_path,
+                         capture_output=True, timeout=300, env={**os.environ, "PYTHONIOENCODING": encoding})
+    text = (run.stdout + run.stderr).decode(encoding)
+    assert run.returncode == 0 and "internal error" not in text, text[-2000:]
+    assert ("±" if encoding == "latin-1" else "\\xb1") in text  # the table's mean±sd, as the terminal can show it

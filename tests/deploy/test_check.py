@@ -156,6 +156,36 @@ def test_a_report_of_another_package_or_a_hostile_one_is_exit_2(onnx_package, tm
     assert result.exit_code == 4 and "output missing" in result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "NaN", "Infinity"])
+def test_outputs_holding_nan_are_a_verdict_naming_case_and_output(value, onnx_package, tmp_path):
+    """What an fp16 overflow on a phone or a Jetson computes: judged (exit 4), not refused as a bad file,
+    however the report writes it (vitexport's check writes strings; a JSON token is read the same)."""
+    device = copy_to_device(onnx_package, tmp_path)
+    assert run_check(device).returncode == 0
+    report = json.loads((device / "device-report.json").read_text())
+    report["cases"][1]["outputs"]["logits"]["data"][2] = value
+    (device / "device-report.json").write_text(json.dumps(report))
+    result = verify(device / "device-report.json")
+    assert result.exit_code == 4, result.output
+    assert "random-1" in result.stderr and "logits" in result.stderr and "non-finite" in result.stderr
+
+
+def test_the_check_writes_text_any_reader_takes(tmp_path):
+    """A runtime's coloured error in the report would make the report unreadable: the check replaces
+    control characters and lone surrogates in what it writes."""
+    import importlib.util
+
+    from vitexport.core.jsonfile import read_json
+
+    spec = importlib.util.spec_from_file_location("device_check", ROOT / "vitexport" / "deploy" / "device" / "check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    path = tmp_path / "device-report.json"
+    check.write_report(path, {"error": "\x1b[31mfailed\x1b[0m\ud800", "ok": ["tab\tline\n"], "n": 1.5})
+    assert read_json(path, "device report") == {"error": "\ufffd[31mfailed\ufffd[0m\ufffd", "ok": ["tab\tline\n"],
+                                                "n": 1.5}
+
+
 def test_non_finite_outputs_travel_as_strings_and_fail(onnx_package, tmp_path):
     device = copy_to_device(onnx_package, tmp_path)
     assert run_check(device).returncode == 0

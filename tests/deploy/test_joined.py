@@ -151,3 +151,19 @@ def test_a_damaged_device_report_is_bad_input_in_one_line(change, words, onnx_pa
                                  "--out", str(tmp_path / "out")])
     assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, r.output
     assert not (tmp_path / "out" / "compare.json").exists()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), "NaN", "-Infinity"])
+def test_a_device_that_computed_nan_is_a_failed_row_not_a_bad_file(value, onnx_package, tmp_path):
+    """An fp16 overflow on the device computes NaN or infinity: its outputs are data to judge (a failed
+    row, naming the case and output), whether written as strings or as JSON's NaN tokens."""
+    path = write_report(onnx_package, "jetson", tmp_path)
+    report = json.loads(path.read_text())
+    report["cases"][0]["outputs"]["logits"]["data"][1] = value
+    path.write_text(json.dumps(report))  # NaN and Infinity as JSON tokens, as another writer leaves them
+    r = CliRunner().invoke(app, ["compare", str(BENCH), str(path), "--packages", str(onnx_package),
+                                 "--out", str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 0, r.output
+    (failed,) = [row for row in json.loads(r.stdout)["results"] if row.get("device_label") == DEVICES["jetson"]]
+    assert failed["device_check"]["verdict"] == devices.FAILED and not failed["available"]
+    assert "random-0" in failed["reason"] and "logits" in failed["reason"] and "non-finite" in failed["reason"]

@@ -14,6 +14,8 @@ The kernels here run inside a bench worker (vitexport.bench.worker); the rest ru
 
 from __future__ import annotations
 
+from vitexport.core.errors import explained
+
 import importlib.util
 from typing import Any, Callable
 
@@ -222,9 +224,8 @@ def _openvino(library: str, dtype: str, n: int, threads: int):
         if hint != "bf16":
             raise
         # A CPU whose instruction set is capped (ONEDNN_MAX_CPU_ISA) still lists BF16 but has no bf16 kernels.
-        from vitexport.core.errors import first_line
 
-        raise BackendUnavailable(f"OpenVINO lists bf16 but cannot compile a bf16 product here: {first_line(e)}") \
+        raise BackendUnavailable(f"OpenVINO lists bf16 but cannot compile a bf16 product here: {explained(e)}") \
             from None
     request = compiled.create_infer_request()
     request.set_input_tensor(0, ov.Tensor(a))

@@ -183,9 +183,9 @@ def runs_torch(job: dict) -> bool:
 
 
 def failure(e: BaseException) -> dict:
-    from vitexport.core.errors import BackendUnavailable, VitexportError
+    from vitexport.core.errors import BackendUnavailable, VitexportError, explained
 
-    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = explained(e, default="")
     kind = "unavailable" if isinstance(e, BackendUnavailable) else "failed"
     reason = text if isinstance(e, VitexportError) else f"{type(e).__name__}: {text}"
     return {"ok": False, "kind": kind, "reason": reason}

@@ -17,7 +17,7 @@ from vitexport.cli.artifacts import package, verify
 from vitexport.cli.exports import add_export_commands
 from vitexport.cli.inventory import configs, doctor
 from vitexport.cli.reports import report
-from vitexport.cli.running import reopen_closed_streams, said
+from vitexport.cli.running import reopen_closed_streams, said, writable_streams
 from vitexport.cli.spellings import modernised
 from vitexport.cli.timing import bench, compare, matrix, optimize
 from vitexport.core.termination import Terminated, signals_raise
@@ -33,6 +33,7 @@ for command in (configs, verify, package, bench, optimize, compare, matrix, repo
 
 def main() -> None:
     closed = reopen_closed_streams()
+    writable_streams()
     argv, notices = modernised(sys.argv[1:])
     for notice in notices:
         said(notice)

@@ -15,8 +15,9 @@ import typer
 
 from vitexport.core import chatter
 from vitexport.core.errors import ExitCode, ParityError, RegressionError, VitexportError
-from vitexport.core.termination import Terminated
+from vitexport.core.termination import Terminated, by_signal
 from vitexport.core.termination import exit_code as interrupted_exit_code
+from vitexport.core.usercode import described
 
 VerboseOpt = Annotated[bool, typer.Option(
     "--verbose", help="Also show what libraries wrote to stderr (held back otherwise; or VITEXPORT_VERBOSE=1).")]
@@ -49,7 +50,11 @@ def handle_errors(fn: Callable) -> Callable:
         except VitexportError as e:
             stderr_console().print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
             raise typer.Exit(e.exit_code)
+        except SystemExit as e:  # never vitexport's own (a command ends with typer.Exit): code it ran exited
+            raise code_failed(e) from None
         except (KeyboardInterrupt, Terminated) as e:  # Ctrl-C, SIGTERM, SIGHUP...: cleanup has run
+            if isinstance(e, KeyboardInterrupt) and not by_signal():  # raised by code it ran, not by Ctrl-C
+                raise code_failed(e) from None
             kept = AFTER_INTERRUPTION.get(fn.__name__, "nothing was written at the target path")
             stopped = getattr(e, "cancelled", None)  # the work the command stopped, where it says (matrix)
             said(f"interrupted{f' by {e}' if isinstance(e, Terminated) else ''}; {kept}"
@@ -77,6 +82,16 @@ def handle_errors(fn: Callable) -> Callable:
     verbose = inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=VerboseOpt)
     wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), verbose])
     return wrapper
+
+
+def code_failed(e: BaseException) -> typer.Exit:
+    """A SystemExit or KeyboardInterrupt that code the command ran raised (a model's forward pass while
+    an exporter traces it), as an error naming it and its frame: never vitexport's own exit."""
+    from vitexport.report.console import escape, stderr_console
+
+    line = described("code the command ran (a model's forward pass, a library)", e)
+    stderr_console().print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+    return typer.Exit(ExitCode.FAILURE)
 
 
 def said(line: str) -> None:
@@ -137,3 +152,11 @@ def reopen_closed_streams() -> list[str]:
         setattr(sys, name, os.fdopen(fd, "w", buffering=1))  # a stream on /dev/null, not a file written
         closed.append(name)
     return closed
+
+
+def writable_streams() -> None:
+    """Any text a reader accepted can be printed: on a terminal whose encoding lacks a character (a
+    label in Greek under LANG=C.ISO-8859-1), it is written escaped rather than ending the command."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="backslashreplace")

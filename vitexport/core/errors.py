@@ -120,9 +120,30 @@ class RegressionError(VitexportError):
         self.result = result or {}
 
 
-def first_line(error: Exception) -> str:
-    """The informative line of a runtime's error, at most 300 characters (OpenVINO's first lines only
-    say which of its source files threw)."""
+EXPLAINED_CHARS = 600
+# Lines of a runtime's message that only say where in its own sources it threw.
+_WHERE_ONLY = ("Exception from ", "Check 'false' failed at ")
+
+
+def explained(error: BaseException, limit: int = EXPLAINED_CHARS, default: str | None = None) -> str:
+    """A library's (or a user's) exception text on one line, whole when it fits: its lines joined by
+    " | ", the ones that only name the library's own source file left out. Never just the first line
+    (OpenVINO's says which of its files threw; the op it could not convert comes after); past `limit`
+    characters, the first line and the last ones (where runtimes put the cause) are kept. `default`
+    (the type's name unless given) when the text is empty."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    useful = [line for line in lines if not line.startswith("Exception from ")]
-    return ((useful or lines or [type(error).__name__])[0])[:300]
+    useful = [line for line in lines if not line.startswith(_WHERE_ONLY)] or lines
+    if not useful:
+        return type(error).__name__ if default is None else default
+    text = " | ".join(useful)
+    if len(text) <= limit:
+        return text
+    head, tail = useful[0][:limit // 3], []
+    room = limit - len(head) - 5
+    for line in reversed(useful[1:]):
+        line = line if len(line) <= room else "…" + line[-(room - 1):]
+        if room <= 0 or len(line) > room:
+            break
+        tail.insert(0, line)
+        room -= len(line) + 3
+    return " | ".join([head, "…", *tail])

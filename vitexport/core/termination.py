@@ -28,11 +28,23 @@ class Terminated(BaseException):
         return 128 + self.signum
 
 
+_active = 0  # how many signals_raise blocks are open
+_received = False  # whether a signal has raised since
+
+
+def by_signal() -> bool:
+    """Whether a KeyboardInterrupt now is a real Ctrl-C: one has been signalled, or nothing here turns
+    signals into exceptions (a notebook or script using the API), so none can be told from code's own."""
+    return _received or not _active
+
+
 def caught() -> list[signal.Signals]:
     return [getattr(signal, name) for name in NAMES if hasattr(signal, name)]
 
 
 def _raise(signum: int, frame) -> None:
+    global _received
+    _received = True
     for sig in caught():  # one interruption per run: let its cleanup finish
         signal.signal(sig, signal.SIG_IGN)
     if signum == signal.SIGINT:
@@ -43,6 +55,7 @@ def _raise(signum: int, frame) -> None:
 @contextlib.contextmanager
 def signals_raise():
     """Within this block, termination signals raise in the main thread (see the module's note)."""
+    global _active, _received
     previous = {}
     for sig in caught():
         try:
@@ -51,9 +64,15 @@ def signals_raise():
             previous[sig] = signal.signal(sig, _raise)
         except (OSError, ValueError):  # not the main thread, or not catchable here
             pass
+    counted = signal.SIGINT in previous  # only then is a Ctrl-C known when it comes
+    if counted:
+        _active += 1
+        if _active == 1:  # a new run: no signal yet
+            _received = False
     try:
         yield
     finally:
+        _active -= counted
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 

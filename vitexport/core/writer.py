@@ -66,6 +66,29 @@ def check_parent(path: Path, flag: str = "--out") -> Path:
     return folder
 
 
+def folder(path: str | Path, flag: str = "--out", create: bool = True) -> Path:
+    """`path`, a folder vitexport makes for itself under the user's `flag` folder (a cache, a log
+    folder), created if missing (unless not `create`: then only checked, if there); OutputError naming
+    it when it is a file, a link or cannot be written. Called before any work, so that a file in its
+    place is a refusal, not an error half-way."""
+    path = Path(path)
+    if not create and not os.path.lexists(path):
+        return path
+    if path.is_symlink():
+        raise OutputError(f"{flag}: {path} is a link; vitexport keeps a folder of its own there (move it away or "
+                          f"give another {flag})")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise OutputError(f"{flag}: {_file_above(path)} is a file, not a folder; vitexport keeps a folder of its own "
+                          f"at {path} (move it away or give another {flag})") from None
+    except OSError as e:
+        raise OutputError(f"{flag}: cannot create {path}: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OutputError(f"{flag}: cannot write into {path} (permission denied)")
+    return path
+
+
 def _file_above(folder: Path) -> Path:
     """The nearest existing ancestor of `folder` that is not a folder (what blocked mkdir)."""
     for candidate in [folder, *folder.parents]:
@@ -150,7 +173,8 @@ def fill(path: Path, content: Content, shown: Path | None = None) -> Path:
         if callable(content):
             content(path)
         else:
-            data = content.encode("utf-8") if isinstance(content, str) else content
+            # A lone surrogate (a file name that is not UTF-8, carried in a path) is written escaped.
+            data = content.encode("utf-8", errors="backslashreplace") if isinstance(content, str) else content
             with open(path, "wb") as f:  # the one place vitexport writes a file's bytes itself
                 f.write(data)
                 f.flush()

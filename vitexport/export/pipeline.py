@@ -20,6 +20,7 @@ from vitexport.core.errors import (
     UsageError,
     VitexportError,
     WeightsError,
+    explained,
 )
 from vitexport.core.options import check_number
 from vitexport.core.progress import Progress, ProgressLike, using
@@ -192,8 +193,9 @@ def exported(be: Backend, loaded, options, out_path: Path, upstream: Upstream | 
     except VitexportError:
         raise
     except Exception as e:
-        text = (str(e).strip().splitlines() or [""])[0][:300]
-        raise ExportError(f"{be.name} export failed: {type(e).__name__}: {text}") from e
+        from vitexport.core.usercode import raised
+
+        raise ExportError(f"{be.name} export failed: {raised(e)}") from e
 
 
 def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | None = None,
@@ -264,8 +266,9 @@ def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int 
                 from None
         if isinstance(e, VitexportError):
             raise
-        text = (str(e).strip().splitlines() or [""])[0][:300]
-        raise RuntimeFailure(f"{record.backend} could not run {path.name}: {type(e).__name__}: {text}") from e
+        from vitexport.core.usercode import raised
+
+        raise RuntimeFailure(f"{record.backend} could not run {path.name}: {raised(e)}") from e
     record.parity, record.provider, record.status = report, provider, status_of(report)
     result = result_of(record, path, {})
     result["artifact_modified"] = changed is not None
@@ -349,7 +352,7 @@ def not_a_file(path: Path, files: list[Path]) -> bool:
 def damaged(path: Path, problem: str, error: Exception | None = None) -> str:
     text = f"{path.name} is corrupt or changed since export ({problem})"
     if error is not None:
-        text += f"; loading it failed: {(str(error).strip().splitlines() or [type(error).__name__])[0][:200]}"
+        text += f"; loading it failed: {explained(error)}"
     return text
 
 

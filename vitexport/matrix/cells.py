@@ -18,6 +18,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from vitexport.core.errors import explained
 from vitexport.core import writer
 
 EXPORT_STATUS = {"verified": "passed", "not-checked-here": "unchecked", "FAILED": "failed"}
@@ -105,7 +106,7 @@ def describe(error: BaseException) -> str:
     """One line: vitexport's own messages as they are, anything else with its type."""
     from vitexport.core.errors import VitexportError
 
-    text = (str(error).strip().splitlines() or [""])[0][:300]
+    text = explained(error)
     return text if isinstance(error, VitexportError) else f"{type(error).__name__}: {text}"
 
 

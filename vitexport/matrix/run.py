@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from vitexport.core import writer
 from vitexport.core.errors import ClusterLost, ExitCode
 from vitexport.core.termination import signal_in
 from vitexport.core.words import milliseconds
@@ -331,6 +332,8 @@ def run(plan: Plan, out: str | Path = "vitexport-out/matrix", *, workers: int = 
         raise UsageError(f"--device {device!r} is not a device name (letters, digits, _ . -; at most 64)")
     out = prepare_out_dir(out).resolve()
     merged.check_writable(out, plan)
+    for own in ("cache", "artifacts", "logs"):  # the matrix's folders: a file or link there is refused now
+        writer.folder(out / own, create=False)
     matrix = Matrix(plan, out, progress)  # every key, and so every input file's digest, before any work
     pool = make_pool(ray, workers, device, out, node_wait, matrix.progress.write)
     try:

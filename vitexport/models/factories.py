@@ -1,7 +1,9 @@
 """A model from the user's own code: `path/to/file.py:factory` or `pkg.module:factory`. The factory
 takes no arguments and returns an `nn.Module`; its `input_shape` (on the module, or as a constant
 beside the factory) and `preprocessing` attributes say what it takes. A library that code imports
-and this machine lacks is "unavailable here" (exit 3), not bad input."""
+and this machine lacks is "unavailable here" (exit 3), not bad input. Whatever else the code raises
+(`sys.exit` included) is the user's to see: its type, message, frame and, for a silent exception,
+what it wrote to stderr (`vitexport.core.usercode`)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vitexport.core import chatter, usercode
 from vitexport.core.errors import MissingLibrary, SourceError
 from vitexport.models.records import Built
 
@@ -28,17 +31,19 @@ def build_file(spec: SourceSpec):
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[module_name] = module
+    mark = chatter.mark()
     try:
         loader_spec.loader.exec_module(module)
     except ModuleNotFoundError as e:
         raise _missing_library(e, str(path)) from None
-    except Exception as e:
-        raise SourceError(f"importing {path} failed: {type(e).__name__}: {e}") from None
+    except usercode.RAISED as e:
+        raise usercode.failed(f"importing {path}", e, mark) from None
     return _call_factory(module, factory, spec.model)
 
 
 def build_module(spec: SourceSpec):
     module_name, _, factory = spec.model.partition(":")
+    mark = chatter.mark()
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
@@ -47,6 +52,8 @@ def build_module(spec: SourceSpec):
         raise SourceError(f"cannot import {module_name!r}: {e}") from None
     except ImportError as e:
         raise SourceError(f"cannot import {module_name!r}: {e}") from None
+    except usercode.RAISED as e:  # the module's own code failed while it was imported
+        raise usercode.failed(f"importing {module_name}", e, mark) from None
     return _call_factory(module, factory, spec.model)
 
 
@@ -66,12 +73,13 @@ def _call_factory(module, factory: str, spec_text: str):
     fn = getattr(module, factory, None)
     if not callable(fn):
         raise SourceError(f"{spec_text}: no callable named {factory!r}")
+    mark = chatter.mark()
     try:
         model = fn()
     except ModuleNotFoundError as e:
         raise _missing_library(e, spec_text) from None
-    except Exception as e:
-        raise SourceError(f"{spec_text}: factory raised {type(e).__name__}: {e}") from None
+    except usercode.RAISED as e:
+        raise usercode.failed(f"factory {spec_text}", e, mark) from None
     preprocessing = getattr(model, "preprocessing", None)
     # Scripts often declare the shape as a constant beside the factory; the module's own attribute
     # (or --input-shape) wins over it, as the nearer statement of what the model takes.

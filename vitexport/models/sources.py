@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from vitexport.core import writer
+from vitexport.core import chatter, usercode, writer
 from vitexport.core.environment import sha256_file, total_memory_bytes
 from vitexport.core.errors import ConfigError, SourceError, WeightsError, import_optional
 from vitexport.models import presets as configs
@@ -351,13 +351,12 @@ def user_outputs(model, shape, spec: SourceSpec, given: list[str] | None):
 
     gen = torch.Generator().manual_seed(spec.seed)
     x1, x2 = (torch.randn(shape, generator=gen) for _ in range(2))
+    mark = chatter.mark()
     try:
         with torch.no_grad(), export_mode():
             y1, y2 = model(x1), model(x2)
-    except Exception as e:
-        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise SourceError(f"{spec.model} fails on a {'x'.join(map(str, shape))} input: {type(e).__name__}: "
-                          f"{text}") from None
+    except usercode.RAISED as e:  # the user's forward: its type, message, frame (and stderr when silent)
+        raise usercode.failed(f"{spec.model} on a {'x'.join(map(str, shape))} input", e, mark) from None
     paths = tensor_paths(y1)
     if not paths:
         raise SourceError(f"{spec.model} returned {type(y1).__name__} holding no tensor; a model must return "
@@ -399,8 +398,13 @@ def materialise_lazy(model, shape) -> None:
     from torch.nn.parameter import UninitializedParameter
 
     if any(isinstance(p, UninitializedParameter) for p in model.parameters()):
-        with torch.no_grad(), export_mode():
-            model(torch.zeros(shape))
+        mark = chatter.mark()
+        try:
+            with torch.no_grad(), export_mode():
+                model(torch.zeros(shape))
+        except usercode.RAISED as e:
+            raise usercode.failed(f"the model's first forward (for its lazy layers) on a {'x'.join(map(str, shape))} "
+                                  "input", e, mark) from None
 
 
 def _seed_zero_heads(model, seed: int) -> None:

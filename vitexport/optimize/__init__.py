@@ -96,6 +96,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
         why = "; ".join(f"{timer} cannot run here: {reason}" for timer, reason in runtimes.items() if reason)
         raise BackendUnavailable(f"--target {target}: " + (why or "no backend offers candidates for it"))
     out = prepare_out_dir(out_dir)
+    store = Cache(out / "candidates", reuse=cache)  # before any work: a file in its place is refused
     t0 = time.perf_counter()
     loaded = load(spec)  # once: every candidate is built from it, and PyTorch's outputs are computed once
     load_s = time.perf_counter() - t0
@@ -104,7 +105,6 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
     names = [stem, *(f"{stem}-b{b}" for b in batches[1:])]
     check_replaceable(out, [f"{n}{suffix}{ext}" for suffix in {backends.get(b).suffix for b, _ in offered}
                             for n in names for ext in ("", ".json")])
-    store = Cache(out / "candidates", reuse=cache)
     steps = Steps(loaded, store, images=images, seed=seed, gate=gate, batches=batches, progress=progress)
     rows, planned = [], []
     for backend, candidate in offered:

@@ -95,11 +95,11 @@ class Cache:
     what is built, checked and timed replaces its entry."""
 
     def __init__(self, root: Path, reuse: bool = True):
+        from vitexport.core.writer import folder
         from vitexport.export.staging import clean_stale
 
         self.root, self.reuse = Path(root), reuse
-        self.builds = self.root / "builds"
-        self.builds.mkdir(parents=True, exist_ok=True)
+        self.builds = folder(folder(self.root) / "builds")  # a file or link there: refused, naming it
         clean_stale(self.builds)  # staging folders of runs killed outright
         self.used: set[str] = set()
         self.stats = {"builds_reused": 0, "built": 0, "checks_reused": 0, "checked": 0, "timings_reused": 0}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from vitexport.core.errors import explained
+
 import os
 import warnings
 from dataclasses import dataclass
@@ -114,7 +116,7 @@ def load_images(directory, preprocessing: dict,
         try:
             pixels.append(preprocess(f, preprocessing, shape))
         except Exception as e:  # Pillow raises OSError, ValueError, SyntaxError, DecompressionBomb*, ...
-            reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            reason = explained(e)
             raise UsageError(f"--images: cannot read {printable_name(f)} in {folder}: {reason}") from None
     labels = [label_of(f) for f in files]
     return np.stack(pixels), (labels if all(v is not None for v in labels) else None), [printable_name(f)

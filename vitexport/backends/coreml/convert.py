@@ -13,6 +13,7 @@ from vitexport.backends.coreml.frontends import converted, exported_program
 from vitexport.backends.coreml.options import COMPRESSIONS, CoreMLOptions, read_labels
 from vitexport.backends.coreml_common.library import import_coremltools, own_temp_folder
 from vitexport.core.errors import BackendUnavailable, ExportError, UsageError
+from vitexport.core.usercode import raised
 
 
 def normalized(model, mean, std):
@@ -70,8 +71,7 @@ def convert(loaded, options: CoreMLOptions, out_path: Path) -> dict:
         except (UsageError, BackendUnavailable):
             raise
         except Exception as e:
-            text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise ExportError(f"Core ML conversion failed: {type(e).__name__}: {text[:300]}") from None
+            raise ExportError(f"Core ML conversion failed: {raised(e)}") from None
         _describe(mlmodel, loaded, options, labels)
         mlmodel.save(str(out_path))
     return {"target": options.target, "compute_precision": options.precision, "compress": options.compress,

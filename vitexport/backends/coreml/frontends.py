@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from vitexport.core.errors import UnsupportedByRuntime, first_line
+from vitexport.core.errors import UnsupportedByRuntime, explained
 
 TORCH_EXPORT, TRACE = "torch.export", "torch.jit.trace"
 
@@ -35,7 +35,7 @@ def converted(ct, program, model, example, **settings):
         return ct.convert(program, **settings), TORCH_EXPORT, None
     except (NotImplementedError, ValueError) as e:  # coremltools raises both for the rank limit
         if rank_limited(e):
-            raise UnsupportedByRuntime(f"Core ML cannot hold this model: {first_line(e)} (Core ML allows tensor "
+            raise UnsupportedByRuntime(f"Core ML cannot hold this model: {explained(e)} (Core ML allows tensor "
                                        "rank <= 5, and no rewrite applied)") from None
         node = unsupported_node(e) if isinstance(e, NotImplementedError) else None
         if node is None:
@@ -48,7 +48,7 @@ def converted(ct, program, model, example, **settings):
         return ct.convert(traced, **settings), TRACE, why
     except Exception as e:  # the second path fails its own way: the first one's reason is the one to name
         raise UnsupportedByRuntime(f"Core ML cannot convert this model: {why}, and the TorchScript path failed too "
-                                   f"({type(e).__name__}: {first_line(e)})") from None
+                                   f"({type(e).__name__}: {explained(e)})") from None
 
 
 def unsupported_node(error: Exception) -> str | None:

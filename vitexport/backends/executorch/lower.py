@@ -15,6 +15,7 @@ from vitexport.backends.executorch.options import ExecuTorchOptions
 from vitexport.backends.executorch.prehead import pre_head_of, with_pre_head
 from vitexport.core import writer
 from vitexport.core.errors import ExportError, VitexportError
+from vitexport.core.usercode import raised
 
 DELEGATE_IDS = {"xnnpack": "XnnpackBackend", "coreml": "CoreMLBackend", "portable": None}
 
@@ -77,8 +78,7 @@ def _stage(name: str, timings: dict, fn):
     except VitexportError:
         raise
     except Exception as e:
-        text = (str(e).strip().splitlines() or [""])[0][:300]
-        raise ExportError(f"ExecuTorch {name} failed: {type(e).__name__}: {text}") from None
+        raise ExportError(f"ExecuTorch {name} failed: {raised(e)}") from None
     finally:
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
         timings[f"cpu:{name}"] = timings.get(f"cpu:{name}", 0.0) + time.process_time() - c0

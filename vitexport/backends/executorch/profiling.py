@@ -9,7 +9,7 @@ import re
 import tempfile
 from pathlib import Path
 from vitexport.backends.base import OpTime, Profiled, per_run, timed_runs
-from vitexport.core.errors import BackendUnavailable, RuntimeFailure
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure, explained
 
 FRAMEWORK = {"Method::init", "Program::load_method", "Method::execute", "OPERATOR_CALL"}  # wrappers, not work
 NATIVE = "native_call_"  # a portable kernel's event: native_call_<operator>
@@ -36,7 +36,7 @@ def profile_program(path: Path, inputs: list, runs: int, warmup: int) -> Profile
             events = [(e.name, e.perf_data.raw, bool(e.is_delegated_op)) for block in inspector.event_blocks
                       for e in block.events if e.perf_data is not None]
     except (RuntimeError, ValueError, OSError) as e:
-        raise RuntimeFailure(f"ExecuTorch's ETDump profile failed: {str(e).splitlines()[0] if str(e) else e}") \
+        raise RuntimeFailure(f"ExecuTorch's ETDump profile failed: {explained(e)}") \
             from None
     return Profiled(operator_times(events, runs), run_ms[warmup:])
 

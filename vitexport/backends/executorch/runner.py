@@ -11,7 +11,7 @@ from vitexport.backends.base import Runner
 from vitexport.backends.executorch import pte
 from vitexport.backends.executorch.libs import import_runtime, silenced_stderr
 from vitexport.backends.executorch.threads import loading, set_threads
-from vitexport.core.errors import RuntimeFailure
+from vitexport.core.errors import RuntimeFailure, explained
 
 if TYPE_CHECKING:
     import numpy as np
@@ -133,7 +133,7 @@ def explain(error: Exception, path: Path) -> str:
     """ExecuTorch's `... error: 0x:14` as words, naming the operators the runtime lacks."""
     import re
 
-    text = (str(error).strip().splitlines() or [""])[0]
+    text = explained(error)
     match = re.search(r"0x:?([0-9a-fA-F]+)", text)
     code = int(match.group(1), 16) if match else None
     words = f"{text} ({ERRORS[code]})" if code in ERRORS else text

@@ -10,7 +10,7 @@ from pathlib import Path
 from vitexport.backends.base import output_names
 from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.core.environment import quiet_loggers, sha256_array
-from vitexport.core.errors import ExportError
+from vitexport.core.errors import ExportError, explained
 
 # Protobuf cannot serialise a message over 2 GiB: above this, weights go to an external file.
 EXTERNAL_DATA_THRESHOLD = 2_000_000_000
@@ -47,7 +47,7 @@ def export_onnx(loaded, options: OnnxOptions, out_path: Path, calibration=None) 
     try:
         onnx.checker.check_model(str(out_path), full_check=True)
     except Exception as e:
-        raise ExportError(f"onnx.checker rejected the exported model: {str(e).splitlines()[0]}") from None
+        raise ExportError(f"onnx.checker rejected the exported model: {explained(e)}") from None
     # The dynamo exporter keeps its own opset when down-conversion fails: record what was written.
     info["opset"] = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     info.update(external_data=data_name if external else None, ir_version=model.ir_version,

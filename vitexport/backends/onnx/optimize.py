@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vitexport.core.errors import BackendUnavailable, ExportError
+from vitexport.core.errors import BackendUnavailable, ExportError, explained
 
 
 def slim(src: Path, dst: Path) -> dict:
@@ -27,7 +27,7 @@ def slim(src: Path, dst: Path) -> dict:
     try:
         model = _slimmed(model, onnxslim)
     except Exception as e:
-        raise ExportError(f"onnxslim failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+        raise ExportError(f"onnxslim failed: {type(e).__name__}: {explained(e)}") from None
     _save(model, dst)
     return {"tool": "onnxslim", "nodes_before": before, "nodes_after": len(model.graph.node)}
 
@@ -67,7 +67,7 @@ def ort_transformer(src: Path, dst: Path) -> dict:
         optimized = optimize_model(str(src), model_type="vit", num_heads=0, hidden_size=0, opt_level=1)
     except Exception as e:
         raise ExportError(f"ONNX Runtime's transformer optimizer failed: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0][:200]}") from None
+                          f"{explained(e)}") from None
     _save(optimized.model, dst)
     fused = {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
     return {"tool": "onnxruntime.transformers (vit)", "nodes_before": before,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vitexport.backends.base import OpTime, Profiled, per_run, timed_runs
-from vitexport.core.errors import RuntimeFailure
+from vitexport.core.errors import RuntimeFailure, explained
 
 KERNEL = "_kernel_time"  # ORT names a node's compute event "<node>_kernel_time" (fences have other suffixes)
 
@@ -29,7 +29,7 @@ def profile_session(path: Path, session_options: Any, providers: list, feed: dic
             trace = Path(session.end_profiling())
             events = json.loads(trace.read_text())
         except Exception as e:
-            raise RuntimeFailure(f"ONNX Runtime's profiler failed: {str(e).splitlines()[0] if str(e) else e}") \
+            raise RuntimeFailure(f"ONNX Runtime's profiler failed: {explained(e)}") \
                 from None
     return Profiled(node_times(events, skip=warmup, runs=runs), run_ms[warmup:])
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from vitexport.backends.base import Profiled, Runner
 from vitexport.backends.onnx.providers import check_ran, ort_providers
-from vitexport.core.errors import BackendUnavailable, RuntimeFailure
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure, explained
 
 if TYPE_CHECKING:
     import numpy as np
@@ -30,7 +30,7 @@ class OnnxRuntimeRunner(Runner):
         try:
             self.session = ort.InferenceSession(str(self.path), self.session_options(), providers=chosen)
         except Exception as e:
-            raise RuntimeFailure(f"ONNX Runtime cannot load {self.path}: {str(e).splitlines()[0]}") from None
+            raise RuntimeFailure(f"ONNX Runtime cannot load {self.path}: {explained(e)}") from None
         # A provider this build has can still fail to start (no GPU, a missing libcudnn): report what
         # ran, and refuse a fallback the caller did not allow.
         self.provider = check_ran(self.session, self.requested, self.allow_fallback)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from vitexport.core.errors import ExportError
+from vitexport.core.errors import ExportError, explained
 
 FP16_MAX = 65504.0
 # Inputs that the ONNX spec types as fp32 whatever the data type (Resize scales, Upsample scales).
@@ -135,7 +135,7 @@ def convert(model, keep: Callable[[str, str], bool]):
         result = onnx.shape_inference.infer_shapes(inferred, strict_mode=True)
         onnx.checker.check_model(result)
     except Exception as e:  # onnx raises several types here; all mean the conversion is inconsistent
-        raise ExportError(f"fp16 conversion produced an inconsistent graph: {str(e).splitlines()[0][:300]}") from None
+        raise ExportError(f"fp16 conversion produced an inconsistent graph: {explained(e)}") from None
     return result, {"kept_fp32": kept_names, "casts_added": len(casts) + len(renamed)}
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from vitexport.backends.base import output_names
 from vitexport.backends.openvino.options import OpenVinoOptions
 from vitexport.core.errors import ExportError
+from vitexport.core.usercode import raised
 
 
 def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None) -> dict:
@@ -61,8 +62,7 @@ def convert(loaded, options: OpenVinoOptions):
             warnings.simplefilter("ignore")  # tracer chatter; parity at several batches is the real test
             model = openvino.convert_model(loaded.model, example_input=example, input=[shape])
     except Exception as e:
-        text = (str(e).strip().splitlines() or [""])[0][:300]
-        raise ExportError(f"openvino.convert_model failed: {type(e).__name__}: {text}") from None
+        raise ExportError(f"openvino.convert_model failed: {raised(e)}") from None
     names = output_names(loaded, options)
     if len(model.outputs) != len(names):
         raise ExportError(f"the converted model has {len(model.outputs)} outputs for the names {names}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from vitexport.core.errors import BackendUnavailable, UsageError, first_line
+from vitexport.core.errors import BackendUnavailable, UsageError, explained
 
 # OpenVINO's element types as vitexport names precisions, and back.
 TYPE_NAMES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
@@ -143,7 +143,7 @@ def probe(device: str, hint: str | None) -> tuple[str | None, str | None]:
     try:
         compiled = core().compile_model(model, device, {"INFERENCE_PRECISION_HINT": hint} if hint else {})
     except Exception as e:  # a device that lists itself, or a precision, and does not compile
-        return None, first_line(e)
+        return None, explained(e)
     return ran(compiled), None
 
 

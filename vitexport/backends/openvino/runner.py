@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from vitexport.backends.base import Profiled, Runner, per_run, timed_runs
 from vitexport.backends.openvino import devices
-from vitexport.core.errors import BackendUnavailable, RuntimeFailure, first_line
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure, explained
 
 if TYPE_CHECKING:
     import numpy as np
@@ -52,7 +52,7 @@ class OpenVinoRunner(Runner):
             config = devices.compile_config(record.precision, device, self.threads, pinned)
             compiled = core.compile_model(model, device, config)
         except Exception as e:
-            raise RuntimeFailure(f"OpenVINO cannot load {self.path.name} on {device}: {first_line(e)}") \
+            raise RuntimeFailure(f"OpenVINO cannot load {self.path.name} on {device}: {explained(e)}") \
                 from None
         computed = devices.ran(compiled)
         expected = record.precision if record.precision in ("fp32", "bf16") else devices.TYPE_NAMES.get(pinned)
@@ -101,5 +101,5 @@ class OpenVinoRunner(Runner):
                 events += [(p.node_name, p.node_type, p.real_time.total_seconds() * 1000.0)
                            for p in request.profiling_info if p.status == p.Status.EXECUTED]
         except Exception as e:
-            raise RuntimeFailure(f"OpenVINO's performance counters failed: {first_line(e)}") from None
+            raise RuntimeFailure(f"OpenVINO's performance counters failed: {explained(e)}") from None
         return Profiled(per_run(events, runs), run_ms)

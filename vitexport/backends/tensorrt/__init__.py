@@ -24,7 +24,7 @@ from vitexport.backends.base import (
     Upstream,
 )
 from vitexport.backends.tensorrt.options import TensorRTOptions
-from vitexport.core.errors import BackendUnavailable
+from vitexport.core.errors import BackendUnavailable, explained
 
 
 class TensorRTBackend(Backend):
@@ -172,7 +172,7 @@ def can_build(trt) -> tuple[bool, str]:
         if builder is None or builder.create_builder_config() is None:
             return False, "TensorRT returned no builder (no usable GPU?)"
     except Exception as e:  # pybind raises TypeError/RuntimeError for a failed CUDA initialisation
-        return False, (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        return False, explained(e)
     return True, ""
 
 

@@ -21,7 +21,8 @@ from vitexport.backends.base import (
     output_names,
 )
 from vitexport.core import writer
-from vitexport.core.errors import ExportError, RuntimeFailure
+from vitexport.core.errors import ExportError, RuntimeFailure, explained
+from vitexport.core.usercode import raised
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,7 +42,7 @@ class TorchScriptRunner(Runner):
         try:
             self.module = torch.jit.load(str(self.path), map_location="cpu").eval()
         except Exception as e:
-            raise RuntimeFailure(f"cannot load TorchScript file {self.path}: {str(e).splitlines()[0]}") from None
+            raise RuntimeFailure(f"cannot load TorchScript file {self.path}: {explained(e)}") from None
 
     def close(self) -> None:
         self.module = None
@@ -87,7 +88,7 @@ class TorchScriptBackend(Backend):
             program = io.BytesIO()
             torch.jit.save(traced, program)  # in memory: torch's own file writer aborts the process on a full disk
         except Exception as e:
-            raise ExportError(f"TorchScript trace failed: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+            raise ExportError(f"TorchScript trace failed: {raised(e)}") from None
         writer.fill(out_path, program.getvalue())
         return Artifact(out_path, self.name, input_names=[options.input_name],
                         output_names=output_names(loaded, options), dynamic_batch=options.dynamic_batch,

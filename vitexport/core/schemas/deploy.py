@@ -5,7 +5,7 @@ checked before anything is compared."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
@@ -16,6 +16,9 @@ from vitexport.core.schemas.fields import (MAX_MS, Amount, Count, Cosine, ErrorO
 TARGETS = Literal["linux", "jetson", "macos", "ios", "android"]
 MAX_DIMS = 8
 NON_FINITE = Literal["NaN", "Infinity", "-Infinity"]
+# An output value as the device computed it: NaN and infinities are data to judge (an fp16 overflow
+# on a phone computes them), written as strings by vitexport's check or as JSON's NaN tokens by others.
+DeviceValue = Annotated[float, Field(allow_inf_nan=True)]
 
 
 def inside(name: str) -> str:
@@ -107,7 +110,7 @@ class Output(Record):
     """One output as the device computed it: its shape and its values, non-finite ones as strings."""
 
     shape: list[Count] = Field(max_length=MAX_DIMS)
-    data: list[float | NON_FINITE]
+    data: list[DeviceValue | NON_FINITE]
 
     @model_validator(mode="after")
     def _sized(self):

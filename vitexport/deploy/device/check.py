@@ -325,11 +325,24 @@ def encoded(array):
     return {"shape": list(np.shape(array)), "data": values}
 
 
+def writable(value):
+    """`value` with control characters (a runtime's coloured log in an error, say) and lone surrogates
+    replaced in its text: vitexport refuses a report holding them, as it refuses any such file."""
+    if isinstance(value, str):
+        return "".join("\ufffd" if (ord(c) < 32 and c not in "\t\n\r") or 0xD800 <= ord(c) <= 0xDFFF else c
+                       for c in value)
+    if isinstance(value, dict):
+        return {writable(k): writable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [writable(v) for v in value]
+    return value
+
+
 def write_report(path, report):
     tmp = path.with_name(".{}.tmp{}".format(path.name, os.getpid()))
     try:
         with open(tmp, "w") as f:
-            json.dump(report, f, allow_nan=False)  # one line: it holds every output value
+            json.dump(writable(report), f, allow_nan=False)  # one line: it holds every output value
             f.write("\n")
         os.replace(str(tmp), str(path))
     finally:

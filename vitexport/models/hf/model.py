@@ -14,7 +14,7 @@ from typing import Any
 import torch  # this module is imported only to build an hf: model, never by the CLI at start
 
 from vitexport.core.environment import quiet_loggers
-from vitexport.core.errors import SourceError, WeightsError
+from vitexport.core.errors import SourceError, WeightsError, explained
 from vitexport.models.hf import files
 from vitexport.models.hf.architectures import ARCHITECTURES, ATTENTION, Architecture
 
@@ -102,7 +102,7 @@ def load_pretrained(transformers, path: Path, name: str, arch: Architecture, con
                                           attn_implementation=ATTENTION, dtype=torch.float32,
                                           output_loading_info=True, **kwargs)
     except Exception as e:  # transformers raises many types for damaged folders
-        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        text = explained(e)
         raise WeightsError(f"hf:{path}: transformers could not load it: {type(e).__name__}: {text}") from None
     missing, mismatched = sorted(info.get("missing_keys", [])), info.get("mismatched_keys", [])
     unexpected = sorted(info.get("unexpected_keys", []))
@@ -149,7 +149,7 @@ def present_outputs(model, arch: Architecture, shape: tuple[int, ...], where: st
         try:
             out = model(pixel_values=torch.zeros(1, *shape[1:]), return_dict=True)
         except Exception as e:
-            text = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+            text = explained(e)
             raise SourceError(f"hf:{where}: the model does not take a {shape[2]}x{shape[3]} input: {text}") from None
     names = [n for n in arch.outputs if isinstance(out.get(n), torch.Tensor)]
     if not names:

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from vitexport.core.errors import SourceError
+from vitexport.core.errors import SourceError, explained
 from vitexport.core.jsonfile import read_json
 from vitexport.models.hf.files import PROCESSOR
 
@@ -34,7 +34,7 @@ def preprocessing(transformers, path: Path, default_class: str, image_size: int)
                                                                    trust_remote_code=False)
         except Exception as e:  # transformers raises ValueError, OSError, KeyError... for bad configs
             raise SourceError(f"hf:{path}: cannot read {PROCESSOR}: {type(e).__name__}: "
-                              f"{(str(e).strip().splitlines() or [''])[0][:200]}") from None
+                              f"{explained(e)}") from None
         origin = PROCESSOR
     else:
         proc = at_size(getattr(transformers, default_class), image_size)

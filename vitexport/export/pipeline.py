@@ -54,6 +54,7 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
     Raises ParityError when the outputs differ; the artifact is then kept under `out_dir/failed/`,
     its sidecar saying FAILED, and whatever verified artifact `out_dir` held under that name stays.
     """
+    from vitexport.core.peakmem import Stage
     from vitexport.export.staging import prepare_out_dir
     from vitexport.models.sources import load
 
@@ -70,12 +71,15 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
     out = prepare_out_dir(out_dir)
     with using(progress) as reporter:
         t0 = time.perf_counter()
-        if loaded is None or loaded.spec != spec:
+        owned, loading = loaded is None or loaded.spec != spec, None
+        if owned:  # loaded here: this export is its last use, and may let it go for the check
             reporter.step(f"loading {spec.model}")
-            loaded = load(spec)
+            with Stage() as loading:
+                loaded = load(spec)
         load_s = time.perf_counter() - t0
         job = Job(be, loaded, options, out, verify=verify, atol=atol, rtol=rtol, seed=seed, images=images, name=name,
-                  gate=gate, progress=reporter, force=force)
+                  gate=gate, progress=reporter, force=force, owns_model=owned,
+                  stages={"load": loading.record()} if loading else None)
         result = job.run()
     result["timings"] = {"load_s": load_s, **result["timings"]}
     return result
@@ -86,8 +90,12 @@ class Job:
 
     def __init__(self, be: Backend, loaded: LoadedModel, options: ExportOptions, out: Path, *, verify: bool,
                  atol, rtol, seed: int, images, name: str | None, progress: Progress, gate: "Gate | None" = None,
-                 force: bool = False):
+                 force: bool = False, owns_model: bool = False, stages: dict | None = None):
         self.be, self.loaded, self.options, self.out, self.force = be, loaded, options, out, force
+        # owns_model: nothing uses the loaded model after this job, so its check may let it go once
+        # PyTorch's outputs are computed (a caller's model, or optimize's shared load, stays).
+        self.owns_model = owns_model
+        self.stages = dict(stages or {})  # each stage's seconds and peak memory, for the sidecar
         self.verify, self.atol, self.rtol, self.seed, self.images = verify, atol, rtol, seed, images
         self.gate = gate or Gate()
         self.given_name = name  # an upstream artifact is named after it, else after the model
@@ -95,6 +103,7 @@ class Job:
 
     def run(self) -> dict[str, Any]:
         from vitexport.core import writer
+        from vitexport.core.peakmem import Stage
         from vitexport.export.staging import check_replaceable, ensure_folder, publish, staging
 
         be, timings = self.be, {}
@@ -109,15 +118,17 @@ class Job:
             options, search = self.options, []
             while True:
                 self.progress.step(f"exporting {self.name} to {be.name}")
-                t0 = time.perf_counter()
-                artifact = exported(be, self.loaded, options, stage / final.name, upstream)
-                timings["export_s"] = timings.get("export_s", 0.0) + time.perf_counter() - t0
+                with Stage() as exporting:
+                    artifact = exported(be, self.loaded, options, stage / final.name, upstream)
+                timings["export_s"] = timings.get("export_s", 0.0) + exporting.seconds
+                self._stage("export", exporting)
                 record = new_record(self.loaded, artifact, options, self.seed, upstream)
                 if not self.verify:
                     break
-                t0 = time.perf_counter()
-                record.parity, record.provider = self._check(artifact.path, record)
-                timings["verify_s"] = timings.get("verify_s", 0.0) + time.perf_counter() - t0
+                with Stage() as checking:
+                    record.parity, record.provider = self._check(artifact.path, record)
+                timings["verify_s"] = timings.get("verify_s", 0.0) + checking.seconds
+                self._stage("check", checking)
                 refined = be.refine(self.loaded, options, artifact.path, record) if record.parity.passed is False \
                     else None
                 if search or refined:  # what each try kept in float, what it scored, what it cost
@@ -129,6 +140,7 @@ class Job:
                 _empty(stage)
             if search:
                 record.info["accuracy_search"] = search
+            record.info["stages"] = self.stages
             record.status = status_of(record.parity)
             record.files = [p.name for p in be.files(artifact.path, record)]
             record.artifact_sha256 = sidecar.digest(artifact.path, be.files(artifact.path, record))
@@ -148,7 +160,15 @@ class Job:
 
         tol = tolerance(self.be, record.precision, self.atol, self.rtol, self.gate)
         return parity_of(self.be, self.loaded, path, record, tol, self.seed, self.images, self.options.check_max_batch,
-                         self.progress)
+                         self.progress, release=self.owns_model)
+
+    def _stage(self, name: str, stage) -> None:
+        """Add a stage's run to what the sidecar records of it: a retry adds its time, the peak is the higher."""
+        new, old = stage.record(), self.stages.get(name)
+        if old is not None:
+            peaks = [p for p in (old["peak_rss_mb"], new["peak_rss_mb"]) if p is not None]
+            new = {"seconds": round(old["seconds"] + new["seconds"], 3), "peak_rss_mb": max(peaks) if peaks else None}
+        self.stages[name] = new
 
     def _upstream(self) -> Upstream:
         """The verified artifact this backend builds from: reused from the output folder when its
@@ -257,7 +277,7 @@ def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int 
     batch_limit = max_batch or record.options.get("max_batch") or 8
     try:
         report, provider = run_checks(loaded, be, path, record, tol, record.seed, run=run, images=images,
-                                      max_batch=batch_limit, progress=progress)
+                                      max_batch=batch_limit, progress=progress, release=True)
     except Exception as e:  # the artifact would not load or run
         if changed:
             raise ParityError(damaged(path, changed, e), result_of(record, path, {}) | {"artifact_modified": True}) \

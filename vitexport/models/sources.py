@@ -74,6 +74,26 @@ class LoadedModel:
     # many candidates from one load): PyTorch's outputs for an input already checked, a backend's
     # intermediate (its graph before quantization, say). Keys name what the value was made from.
     memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Set by release(): the model was let go to make room for the runtime, and is built again from
+    # `spec` the next time it is asked for (a failed check's localization, a retry).
+    released: bool = field(default=False, repr=False, compare=False)
+
+    def release(self, same: "Callable[[Any], bool] | None" = None) -> None:
+        """Let go of the model and of what was made from it (a backend's converted graph, a file's
+        bytes), keeping PyTorch's outputs already computed: an export's last use of its model, so the
+        runtime that loads the artifact next does not share the memory with a second copy of the weights.
+        `model` rebuilds it from the spec if asked for again, and `same(rebuilt)` must then say it
+        computes what the released one did (a factory with unseeded randomness would not): the outputs
+        already computed are only valid for the same model. A model the caller holds (one in memory)
+        stays where the caller has it: only this record's references go."""
+        import gc
+
+        if self._model is None:
+            return
+        self._model, self.released, self._same = None, True, same
+        for key in [k for k in self.memo if not (isinstance(k, tuple) and k and k[0] == "reference")]:
+            del self.memo[key]
+        gc.collect()  # traced and exported graphs hold the weights through reference cycles
 
     def remembered(self, key: Any, path: Path, make: Callable[[], Any]) -> Any:
         """`make()` writes the file `path` and returns facts about it. The file's bytes and the facts
@@ -104,6 +124,29 @@ class LoadedModel:
 # Largest input a model of the user's own is given: beyond these, a typo would exhaust memory.
 MAX_INPUT = {"N": 4096, "C": 64, "H": 16384, "W": 16384}
 CHECK_BATCH = 8  # the largest batch a check runs by default: what a preset's memory estimate assumes
+
+
+def _get_model(self: LoadedModel):
+    if self._model is None and self.released:
+        again = load(self.spec)
+        if again.weights_sha256 != self.weights_sha256:
+            raise WeightsError(f"{self.spec.weights or self.spec.model} changed while it was being exported")
+        same = getattr(self, "_same", None)
+        if same is not None and not same(again.model):
+            raise SourceError(f"{self.spec.model} does not build the same model twice (random weights without a "
+                              "seed?): pass --weights, or keep the model in memory (api.export)")
+        self._model, self.released = again.model, False
+    return self._model
+
+
+def _set_model(self: LoadedModel, model) -> None:
+    self._model, self.released = model, False
+
+
+# `model` is a field for the constructor and a property after it: read, it rebuilds a released model.
+LoadedModel._model = None
+LoadedModel._same = None
+LoadedModel.model = property(_get_model, _set_model)  # type: ignore[assignment]
 
 
 def parse_input_shape(text: str) -> tuple[int, int, int, int]:

@@ -60,6 +60,7 @@ def measure(backend: str, config: str, out: Path, timeout: float) -> dict:
     wall = time.perf_counter() - t0
     row = {"backend": backend, "config": config, "exit_code": proc.returncode, "wall_s": round(wall, 1),
            "peak_rss_gb": round(peak.bytes / 1e9, 3) if peak.bytes is not None else None,
+           "peak_at_s": round(peak.when, 1) if peak.when is not None else None,
            "fp32_weights_gb": round(fp32_weight_bytes(config) / 1e9, 3)}
     row["x_weights"] = round(row["peak_rss_gb"] / row["fp32_weights_gb"], 2) if row["peak_rss_gb"] else None
     try:

@@ -72,12 +72,17 @@ def test_verify_lets_its_model_go_too(out_dir, watched):
     assert at_load and at_load[0]["model_alive"] is False
 
 
-def test_the_sidecar_records_each_stage(out_dir):
+def test_the_sidecar_records_each_stage_and_the_terminal_shows_them(out_dir, capsys):
+    from vitexport.report import terminal
+
     result = pipeline.export("onnx", SPEC, None, out_dir)
     stages = sidecar.read(result["artifact"]).info["stages"]
-    assert set(stages) == {"load", "export", "check"}
+    assert list(stages) == ["load", "export", "check"]
     for stage in stages.values():
         assert stage["seconds"] > 0 and stage["peak_rss_mb"] > 50  # a Python with torch holds more than 50 MB
+    terminal.export_result(result)
+    shown = capsys.readouterr().out
+    assert "export stages: load" in shown and f"peak {stages['check']['peak_rss_mb'] / 1000:.2f} GB" in shown
 
 
 def test_a_released_model_is_rebuilt_when_asked_for():

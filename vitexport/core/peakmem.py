@@ -141,6 +141,7 @@ class TreePeak:
         self.pid, self.interval = pid, interval
         self.own = pid is None or pid == os.getpid()
         self.sampled, self.exact = 0, False
+        self.when: float | None = None  # seconds from the start to the sampled peak
         self.bytes: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -157,8 +158,11 @@ class TreePeak:
 
     def _sample(self) -> None:
         pid = os.getpid() if self.own else self.pid
+        t0 = time.perf_counter()
         while True:
-            self.sampled = max(self.sampled, tree_bytes(pid))
+            now = tree_bytes(pid)
+            if now > self.sampled:
+                self.sampled, self.when = now, time.perf_counter() - t0
             if self._stop.wait(self.interval):
                 return
 

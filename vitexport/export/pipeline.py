@@ -76,6 +76,7 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
             reporter.step(f"loading {spec.model}")
             with Stage() as loading:
                 loaded = load(spec)
+            loaded.exclusive = True
         load_s = time.perf_counter() - t0
         job = Job(be, loaded, options, out, verify=verify, atol=atol, rtol=rtol, seed=seed, images=images, name=name,
                   gate=gate, progress=reporter, force=force, owns_model=owned,

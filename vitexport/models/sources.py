@@ -77,6 +77,9 @@ class LoadedModel:
     # Set by release(): the model was let go to make room for the runtime, and is built again from
     # `spec` the next time it is asked for (a failed check's localization, a retry).
     released: bool = field(default=False, repr=False, compare=False)
+    # Set by an export that loaded the model for itself alone: a backend may then lay the model's tensors
+    # out the way its exporter stores them (same values, no second copy); a caller's model is left as it is.
+    exclusive: bool = field(default=False, repr=False, compare=False)
 
     def release(self, same: "Callable[[Any], bool] | None" = None) -> None:
         """Let go of the model and of what was made from it (a backend's converted graph, a file's

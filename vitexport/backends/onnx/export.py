@@ -28,6 +28,10 @@ def export_onnx(loaded, options: OnnxOptions, out_path: Path, calibration=None) 
     # Trace at batch >= 2 when the batch is dynamic: the dynamo exporter specialises a size-1 dim.
     batch = max(2, loaded.input_shape[0]) if options.dynamic_batch else loaded.input_shape[0]
     example = torch.randn((batch, *loaded.input_shape[1:]), generator=torch.Generator().manual_seed(0))
+    if loaded.exclusive:  # nobody else holds the model: its weights may take the graph's order
+        from vitexport.backends.onnx.layout import transposed_linears
+
+        transposed_linears(loaded.model)
     with tempfile.TemporaryDirectory(dir=out_path.parent) as tmp:
         work = Path(tmp)
         raw = work / "raw.onnx"
@@ -42,7 +46,7 @@ def export_onnx(loaded, options: OnnxOptions, out_path: Path, calibration=None) 
         _embed_metadata(model, loaded, options)
         data_name = out_path.name + ".data"
         inline = sum(len(t.raw_data) for t in model.graph.initializer)
-        external = inline + external_bytes(model) > EXTERNAL_DATA_THRESHOLD
+        external = inline + external_bytes(model, final.parent) > EXTERNAL_DATA_THRESHOLD
         if external and not inline > EXTERNAL_DATA_THRESHOLD:
             # Streamed from the exporter's file into the published one: the weights never in memory here.
             relocate(model, final.parent, out_path.with_name(data_name))

@@ -13,20 +13,26 @@ file instead of copying it (ONNX Runtime maps aligned external data; the onnx pa
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 ALIGN = 65536  # the largest page or allocation granularity a runtime maps at (Windows: 64 KiB)
 CHUNK = 64 * 1024 * 1024  # bytes copied at a time
 
 
-def external_bytes(model) -> int:
-    """The bytes a graph loaded without its external data keeps in files (by each tensor's recorded length)."""
+def external_bytes(model, folder: Path) -> int:
+    """The bytes a graph loaded without its external data keeps in files in `folder`: each tensor's
+    recorded length, or the rest of its file where it records none (PyTorch's TorchScript-based
+    exporter writes one file per tensor, without lengths)."""
     from onnx import TensorProto
 
     total = 0
     for tensor in model.graph.initializer:
         if tensor.data_location == TensorProto.EXTERNAL:
             entries = {e.key: e.value for e in tensor.external_data}
-            total += int(entries.get("length", 0))
+            if "length" in entries:
+                total += int(entries["length"])
+            else:
+                total += (folder / entries["location"]).stat().st_size - int(entries.get("offset", 0))
     return total
 
 
@@ -36,7 +42,7 @@ def relocate(model, source_dir: Path, data_path: Path) -> int:
     from onnx import TensorProto
 
     written = 0
-    handles: dict[str, object] = {}
+    current: tuple[str, Any] | None = None  # one source file open at a time: an exporter may write hundreds
     try:
         with open(data_path, "wb") as out:
             for tensor in model.graph.initializer:
@@ -44,9 +50,11 @@ def relocate(model, source_dir: Path, data_path: Path) -> int:
                     continue
                 entries = {e.key: e.value for e in tensor.external_data}
                 location = entries["location"]
-                if location not in handles:
-                    handles[location] = open(_inside(source_dir, location), "rb")
-                src = handles[location]
+                if current is None or current[0] != location:
+                    if current is not None:
+                        current[1].close()
+                    current = (location, open(_inside(source_dir, location), "rb"))
+                src = current[1]
                 offset = int(entries.get("offset", 0))
                 length = int(entries["length"]) if "length" in entries else _rest(src, offset)
                 start = -(-written // ALIGN) * ALIGN
@@ -66,8 +74,8 @@ def relocate(model, source_dir: Path, data_path: Path) -> int:
                     entry = tensor.external_data.add()
                     entry.key, entry.value = key, value
     finally:
-        for handle in handles.values():
-            handle.close()
+        if current is not None:
+            current[1].close()
     return written
 
 

@@ -53,6 +53,19 @@ def test_a_command_peak_is_summed_over_its_processes():
     assert peak.bytes >= 300 * MB  # both children at once: more than either one alone
 
 
+def test_a_forked_child_does_not_count_its_parents_pages_again():
+    # A 300 MB process forks a child that shares every page until it would exec: the tree holds 300 MB,
+    # not the 600 MB its two resident sets add up to.
+    code = ("import os, time; b = bytearray(300_000_000); b[::4096] = b'\\1' * len(b[::4096]); pid = os.fork()\n"
+            "if pid == 0: time.sleep(1.5); os._exit(0)\n"
+            "os.waitpid(pid, 0)")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    with TreePeak(proc.pid) as peak:
+        proc.wait()
+    assert proc.returncode == 0
+    assert 300 * MB <= peak.bytes < 450 * MB
+
+
 def test_a_process_gone_reads_as_none():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()

@@ -7,7 +7,8 @@ every figure is None: the stage is still timed, its memory is not guessed.
 The peak of the process itself is exact: the kernel keeps it (VmHWM), and writing 5 to
 /proc/self/clear_refs starts it again at the current size. The processes it starts (a converter run
 in a helper process) have no such counter that can be read after they end, so they are sampled: the
-tree's sum every `interval` seconds, which can miss a spike shorter than that.
+tree's sum every `interval` seconds, which can miss a spike shorter than that. The sum counts each
+page once (proportional set sizes): a forked child shares its parent's pages until it execs.
 """
 
 from __future__ import annotations
@@ -104,14 +105,31 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def proportional(pid: int | str = "self") -> int | None:
+    """`pid`'s proportional set size in bytes (each page it shares with other processes counted as its
+    share): what summing over processes needs, where a forked child still shares its parent's pages."""
+    try:
+        text = (PROC / str(pid) / "smaps_rollup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
 def tree_bytes(pid: int) -> int:
-    """The resident memory of `pid` and every process below it, summed (each process's own pages;
-    pages two processes share, a library mapped by both, count twice, as the kernel's RSS does)."""
-    total = 0
-    for p in [pid, *descendants(pid)]:
-        r = resident(p)
-        total += r.total if r else 0
-    return total
+    """The resident memory of `pid` and every process below it, each page counted once.
+
+    Summing each process's RSS would count a page two processes share twice: a child forked by a
+    5 GB process (to run a tool) shows 5 GB of RSS until it execs, though it adds nothing. So alone,
+    a process counts its RSS; with others, each counts its proportional share (PSS), which sums to
+    the pages they hold once."""
+    family = [pid, *descendants(pid)]
+    if len(family) == 1:
+        r = resident(pid)
+        return r.total if r else 0
+    return sum(proportional(p) or 0 for p in family)
 
 
 _ACTIVE: list["TreePeak"] = []  # this process's open measurements, outermost first

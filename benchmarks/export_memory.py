@@ -63,7 +63,7 @@ def measure(backend: str, config: str, out: Path) -> dict:
     total = max(peak.bytes or 0, own_peak)
     row = {"backend": backend, "config": config, "exit_code": proc.returncode, "wall_s": round(wall, 1),
            "peak_rss_gb": round(total / 1e9, 3), "own_peak_rss_gb": round(own_peak / 1e9, 3),
-           "sampled_peak_gb": round((peak.bytes or 0) / 1e9, 3),
+           "sampled_peak_gb": round((peak.bytes or 0) / 1e9, 3), "peak_anon_gb": round(peak.anon / 1e9, 3),
            "peak_at_s": round(peak.when, 1) if peak.when is not None else None,
            "fp32_weights_gb": round(fp32_weight_bytes(config) / 1e9, 3)}
     row["x_weights"] = round(row["peak_rss_gb"] / row["fp32_weights_gb"], 2) if row["peak_rss_gb"] else None
@@ -80,13 +80,15 @@ def measure(backend: str, config: str, out: Path) -> dict:
 def table(rows: list[dict], about: dict) -> str:
     lines = [f"Machine: {about['cpu']}, {about['cores']} cores, {about['memory_gb']} GB, {about['system']}, "
              f"Python {about['python']}, torch {about['torch']}.", "",
-             "| backend | config | fp32 weights | peak resident (summed) | × weights | wall time | status |",
-             "|---|---|---|---|---|---|---|"]
+             "| backend | config | fp32 weights | peak resident (summed) | × weights | of it anonymous, at most | wall time "
+             "| status |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         peak = f"{r['peak_rss_gb']:.2f} GB" if r.get("peak_rss_gb") else "-"
         times = f"{r['x_weights']:.2f}×" if r.get("x_weights") else "-"
         status = r.get("status") or f"exit {r['exit_code']}: {r.get('error', '')}"
-        lines.append(f"| {r['backend']} | {r['config']} | {r['fp32_weights_gb']:.2f} GB | {peak} | {times} | "
+        anon = f"{r['peak_anon_gb']:.2f} GB" if r.get("peak_anon_gb") else "-"
+        lines.append(f"| {r['backend']} | {r['config']} | {r['fp32_weights_gb']:.2f} GB | {peak} | {times} | {anon} | "
                      f"{r['wall_s']:.0f} s | {status} |")
     return "\n".join(lines) + "\n"
 

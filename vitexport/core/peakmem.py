@@ -105,20 +105,27 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def proportional(pid: int | str = "self") -> int | None:
+def proportional(pid: int | str = "self") -> Resident | None:
     """`pid`'s proportional set size in bytes (each page it shares with other processes counted as its
-    share): what summing over processes needs, where a forked child still shares its parent's pages."""
+    share), anonymous and file-backed: what summing over processes needs, where a forked child still
+    shares its parent's pages."""
     try:
         text = (PROC / str(pid) / "smaps_rollup").read_text()
     except OSError:
         return None
+    fields = {}
     for line in text.splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) * 1024
-    return None
+        key, _, value = line.partition(":")
+        parts = value.split()
+        if len(parts) == 2 and parts[1] == "kB":
+            fields[key] = int(parts[0]) * 1024
+    if "Pss" not in fields:
+        return None
+    anon = fields.get("Pss_Anon", 0)
+    return Resident(anon=anon, file=fields["Pss"] - anon)
 
 
-def tree_bytes(pid: int) -> int:
+def tree_resident(pid: int) -> Resident:
     """The resident memory of `pid` and every process below it, each page counted once.
 
     Summing each process's RSS would count a page two processes share twice: a child forked by a
@@ -127,9 +134,9 @@ def tree_bytes(pid: int) -> int:
     the pages they hold once."""
     family = [pid, *descendants(pid)]
     if len(family) == 1:
-        r = resident(pid)
-        return r.total if r else 0
-    return sum(proportional(p) or 0 for p in family)
+        return resident(pid) or Resident(0, 0)
+    shares = [r for r in (proportional(p) for p in family) if r is not None]
+    return Resident(anon=sum(r.anon for r in shares), file=sum(r.file for r in shares))
 
 
 _ACTIVE: list["TreePeak"] = []  # this process's open measurements, outermost first
@@ -160,6 +167,7 @@ class TreePeak:
         self.own = pid is None or pid == os.getpid()
         self.sampled, self.exact = 0, False
         self.when: float | None = None  # seconds from the start to the sampled peak
+        self.anon = 0  # the sampled peak of anonymous memory alone (what cannot be dropped and read again)
         self.bytes: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -178,9 +186,10 @@ class TreePeak:
         pid = os.getpid() if self.own else self.pid
         t0 = time.perf_counter()
         while True:
-            now = tree_bytes(pid)
-            if now > self.sampled:
-                self.sampled, self.when = now, time.perf_counter() - t0
+            now = tree_resident(pid)
+            if now.total > self.sampled:
+                self.sampled, self.when = now.total, time.perf_counter() - t0
+            self.anon = max(self.anon, now.anon)
             if self._stop.wait(self.interval):
                 return
 

@@ -53,26 +53,28 @@ def measure(backend: str, config: str, out: Path) -> dict:
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
         with TreePeak(proc.pid) as peak:
-            # wait4: the exit status and the command's own maximum resident set, which the kernel keeps exactly
-            _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+            proc.wait()
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     wall = time.perf_counter() - t0
-    own_peak = usage.ru_maxrss * 1024  # kB on Linux
-    total = max(peak.bytes or 0, own_peak)
+    try:
+        result = json.loads(stdout)
+    except json.JSONDecodeError:
+        result = None
+    stages = ((result or {}).get("info") or {}).get("stages") or {}
+    # The stages' peaks are the process's exact high-water marks; the sampling can miss a short spike.
+    exact = max((s["peak_rss_mb"] * 1e6 for s in stages.values() if s.get("peak_rss_mb")), default=0)
+    total = max(peak.bytes or 0, exact)
     row = {"backend": backend, "config": config, "exit_code": proc.returncode, "wall_s": round(wall, 1),
-           "peak_rss_gb": round(total / 1e9, 3), "own_peak_rss_gb": round(own_peak / 1e9, 3),
-           "sampled_peak_gb": round((peak.bytes or 0) / 1e9, 3), "peak_anon_gb": round(peak.anon / 1e9, 3),
+           "peak_rss_gb": round(total / 1e9, 3), "sampled_peak_gb": round((peak.bytes or 0) / 1e9, 3),
+           "peak_anon_gb": round(peak.anon / 1e9, 3),
            "peak_at_s": round(peak.when, 1) if peak.when is not None else None,
            "fp32_weights_gb": round(fp32_weight_bytes(config) / 1e9, 3)}
     row["x_weights"] = round(row["peak_rss_gb"] / row["fp32_weights_gb"], 2) if row["peak_rss_gb"] else None
-    try:
-        result = json.loads(stdout)
-        row["status"] = result.get("status")
-        row["stages"] = result.get("info", {}).get("stages")
-        row["max_abs_error"] = (result.get("parity") or {}).get("max_abs_error")
-    except (json.JSONDecodeError, AttributeError):
+    if result is not None:
+        row.update(status=result.get("status"), stages=stages or None,
+                   max_abs_error=(result.get("parity") or {}).get("max_abs_error"))
+    else:
         row["error"] = (stderr.strip().splitlines() or [""])[-1][:300]
     return row
 

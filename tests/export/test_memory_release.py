@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from pathlib import Path
 
 import pytest
 
@@ -95,7 +96,7 @@ def test_a_released_model_is_rebuilt_when_asked_for():
     loaded.memo[("reference", "kept")] = 1
     loaded.memo[("openvino-convert", "dropped")] = 2
     gone = weakref.ref(loaded.model)
-    loaded.release(same=lambda model: True)
+    loaded.release()
     gc.collect()
     assert gone() is None and loaded.released
     assert list(loaded.memo) == [("reference", "kept")]  # PyTorch's outputs stay, derived graphs go
@@ -104,8 +105,43 @@ def test_a_released_model_is_rebuilt_when_asked_for():
     assert not loaded.released
 
 
-def test_a_model_that_rebuilds_differently_is_refused():
-    loaded = sources.load(SPEC)
-    loaded.release(same=lambda model: False)
+UNSEEDED = """
+import numpy as np
+import torch
+
+input_shape = (1, 3, 4, 4)
+
+
+class Drawn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(48, 2)
+        with torch.no_grad():  # weights from numpy's unseeded generator: another model at every build
+            self.fc.weight.copy_(torch.from_numpy(np.random.default_rng().standard_normal((2, 48)).astype("float32")))
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+def make():
+    return Drawn()
+"""
+
+
+def test_a_model_that_rebuilds_differently_is_refused(tmp_path):
+    factory = tmp_path / "drawn.py"
+    factory.write_text(UNSEEDED)
+    loaded = sources.load(SourceSpec(f"{factory}:make"))
+    loaded.release()
     with pytest.raises(SourceError, match="does not build the same model twice"):
         loaded.model
+
+
+def test_a_failed_check_of_a_released_model_still_localizes(out_dir):
+    # Dropout left active: the check fails, and the divergence is located on the model rebuilt.
+    from vitexport.core.errors import ParityError
+
+    planted = SourceSpec(f"{Path(__file__).resolve().parents[1] / 'planted.py'}:active_dropout")
+    with pytest.raises(ParityError) as info:
+        pipeline.export("onnx", planted, None, out_dir)
+    assert info.value.result["status"] == "FAILED"

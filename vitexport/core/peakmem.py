@@ -228,3 +228,11 @@ class Stage:
         """What the sidecar records of the stage: seconds, and the peak in MB (None where not measured)."""
         mb = None if self.peak.bytes is None else round(self.peak.bytes / 1e6, 1)
         return {"seconds": round(self.seconds, 3), "peak_rss_mb": mb}
+
+
+def merged(old: dict | None, new: dict) -> dict:
+    """A stage run again (an export retried): the times add up, the peak is the higher one."""
+    if old is None:
+        return new
+    peaks = [p for p in (old["peak_rss_mb"], new["peak_rss_mb"]) if p is not None]
+    return {"seconds": round(old["seconds"] + new["seconds"], 3), "peak_rss_mb": max(peaks) if peaks else None}

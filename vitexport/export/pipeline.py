@@ -22,6 +22,7 @@ from vitexport.core.errors import (
     WeightsError,
 )
 from vitexport.core.options import check_number
+from vitexport.core.peakmem import Stage, merged
 from vitexport.core.progress import Progress, ProgressLike, using
 from vitexport.export import sidecar
 from vitexport.export.sidecar import ArtifactRecord
@@ -54,7 +55,6 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
     Raises ParityError when the outputs differ; the artifact is then kept under `out_dir/failed/`,
     its sidecar saying FAILED, and whatever verified artifact `out_dir` held under that name stays.
     """
-    from vitexport.core.peakmem import Stage
     from vitexport.export.staging import prepare_out_dir
     from vitexport.models.sources import load
 
@@ -93,8 +93,7 @@ class Job:
                  atol, rtol, seed: int, images, name: str | None, progress: Progress, gate: "Gate | None" = None,
                  force: bool = False, owns_model: bool = False, stages: dict | None = None):
         self.be, self.loaded, self.options, self.out, self.force = be, loaded, options, out, force
-        # owns_model: nothing uses the loaded model after this job, so its check may let it go once
-        # PyTorch's outputs are computed (a caller's model, or optimize's shared load, stays).
+        # Nothing uses the model after this job: its check may let it go (a caller's model stays).
         self.owns_model = owns_model
         self.stages = dict(stages or {})  # each stage's seconds and peak memory, for the sidecar
         self.verify, self.atol, self.rtol, self.seed, self.images = verify, atol, rtol, seed, images
@@ -104,7 +103,6 @@ class Job:
 
     def run(self) -> dict[str, Any]:
         from vitexport.core import writer
-        from vitexport.core.peakmem import Stage
         from vitexport.export.staging import check_replaceable, ensure_folder, publish, staging
 
         be, timings = self.be, {}
@@ -122,14 +120,14 @@ class Job:
                 with Stage() as exporting:
                     artifact = exported(be, self.loaded, options, stage / final.name, upstream)
                 timings["export_s"] = timings.get("export_s", 0.0) + exporting.seconds
-                self._stage("export", exporting)
+                self.stages["export"] = merged(self.stages.get("export"), exporting.record())  # a retry adds
                 record = new_record(self.loaded, artifact, options, self.seed, upstream)
                 if not self.verify:
                     break
                 with Stage() as checking:
                     record.parity, record.provider = self._check(artifact.path, record)
                 timings["verify_s"] = timings.get("verify_s", 0.0) + checking.seconds
-                self._stage("check", checking)
+                self.stages["check"] = merged(self.stages.get("check"), checking.record())
                 refined = be.refine(self.loaded, options, artifact.path, record) if record.parity.passed is False \
                     else None
                 if search or refined:  # what each try kept in float, what it scored, what it cost
@@ -162,14 +160,6 @@ class Job:
         tol = tolerance(self.be, record.precision, self.atol, self.rtol, self.gate)
         return parity_of(self.be, self.loaded, path, record, tol, self.seed, self.images, self.options.check_max_batch,
                          self.progress, release=self.owns_model)
-
-    def _stage(self, name: str, stage) -> None:
-        """Add a stage's run to what the sidecar records of it: a retry adds its time, the peak is the higher."""
-        new, old = stage.record(), self.stages.get(name)
-        if old is not None:
-            peaks = [p for p in (old["peak_rss_mb"], new["peak_rss_mb"]) if p is not None]
-            new = {"seconds": round(old["seconds"] + new["seconds"], 3), "peak_rss_mb": max(peaks) if peaks else None}
-        self.stages[name] = new
 
     def _upstream(self) -> Upstream:
         """The verified artifact this backend builds from: reused from the output folder when its

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from vitexport.core import writer
 from vitexport.core.environment import sha256_file, total_memory_bytes
 from vitexport.core.errors import ConfigError, SourceError, WeightsError, import_optional
+from vitexport.models import holding
 from vitexport.models import presets as configs
 from vitexport.models.factories import build_file, build_module, declared_shape
 from vitexport.models.records import Built
@@ -74,29 +75,14 @@ class LoadedModel:
     # many candidates from one load): PyTorch's outputs for an input already checked, a backend's
     # intermediate (its graph before quantization, say). Keys name what the value was made from.
     memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
-    # Set by release(): the model was let go to make room for the runtime, and is built again from
-    # `spec` the next time it is asked for (a failed check's localization, a retry).
+    # released: let go to make room for the runtime, rebuilt when asked for (vitexport.models.holding).
+    # exclusive: loaded by an export for itself alone, so a backend may lay its tensors out as it stores them.
     released: bool = field(default=False, repr=False, compare=False)
-    # Set by an export that loaded the model for itself alone: a backend may then lay the model's tensors
-    # out the way its exporter stores them (same values, no second copy); a caller's model is left as it is.
     exclusive: bool = field(default=False, repr=False, compare=False)
 
-    def release(self, same: "Callable[[Any], bool] | None" = None) -> None:
-        """Let go of the model and of what was made from it (a backend's converted graph, a file's
-        bytes), keeping PyTorch's outputs already computed: an export's last use of its model, so the
-        runtime that loads the artifact next does not share the memory with a second copy of the weights.
-        `model` rebuilds it from the spec if asked for again, and `same(rebuilt)` must then say it
-        computes what the released one did (a factory with unseeded randomness would not): the outputs
-        already computed are only valid for the same model. A model the caller holds (one in memory)
-        stays where the caller has it: only this record's references go."""
-        import gc
-
-        if self._model is None:
-            return
-        self._model, self.released, self._same = None, True, same
-        for key in [k for k in self.memo if not (isinstance(k, tuple) and k and k[0] == "reference")]:
-            del self.memo[key]
-        gc.collect()  # traced and exported graphs hold the weights through reference cycles
+    def release(self) -> None:
+        """The export's last use of its model is over: let it go (vitexport.models.holding)."""
+        holding.release(self)
 
     def remembered(self, key: Any, path: Path, make: Callable[[], Any]) -> Any:
         """`make()` writes the file `path` and returns facts about it. The file's bytes and the facts
@@ -129,27 +115,9 @@ MAX_INPUT = {"N": 4096, "C": 64, "H": 16384, "W": 16384}
 CHECK_BATCH = 8  # the largest batch a check runs by default: what a preset's memory estimate assumes
 
 
-def _get_model(self: LoadedModel):
-    if self._model is None and self.released:
-        again = load(self.spec)
-        if again.weights_sha256 != self.weights_sha256:
-            raise WeightsError(f"{self.spec.weights or self.spec.model} changed while it was being exported")
-        same = getattr(self, "_same", None)
-        if same is not None and not same(again.model):
-            raise SourceError(f"{self.spec.model} does not build the same model twice (random weights without a "
-                              "seed?): pass --weights, or keep the model in memory (api.export)")
-        self._model, self.released = again.model, False
-    return self._model
-
-
-def _set_model(self: LoadedModel, model) -> None:
-    self._model, self.released = model, False
-
-
 # `model` is a field for the constructor and a property after it: read, it rebuilds a released model.
 LoadedModel._model = None
-LoadedModel._same = None
-LoadedModel.model = property(_get_model, _set_model)  # type: ignore[assignment]
+LoadedModel.model = property(lambda self: holding.model_of(self, load), holding.set_model)  # type: ignore
 
 
 def parse_input_shape(text: str) -> tuple[int, int, int, int]:

@@ -40,7 +40,7 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
     progress.note("PyTorch's outputs")
     refs = reference_all(loaded, in_name, record.output_names, feeds)
     if release:
-        loaded.release(same=lambda model: _same_outputs(model, in_name, record.output_names, feeds[0].x, refs[0]))
+        loaded.release()
     candidate = be.load(path, record) if run is None else be.load(path, record, run)  # None: the backend's default
     with candidate as runner:
         for i, (feed, ref) in enumerate(zip(feeds, refs)):
@@ -101,18 +101,6 @@ def reference_all(loaded: "LoadedModel", in_name: str, output_names: list[str], 
 
     with EagerRunner(loaded.model, in_name, output_names) as reference:
         return [reference_outputs(loaded, reference, in_name, feed.x) for feed in feeds]
-
-
-def _same_outputs(model, in_name: str, output_names: list[str], x: "np.ndarray", expected: dict) -> bool:
-    """Whether a rebuilt model gives the outputs the released one gave on `x` (same kernels, same machine:
-    only rounding-level differences are allowed)."""
-    import numpy as np
-
-    from vitexport.verify.reference import EagerRunner
-
-    with EagerRunner(model, in_name, output_names) as reference:
-        again = reference.run({in_name: x})
-    return all(np.allclose(again[k], v, rtol=1e-4, atol=1e-5, equal_nan=True) for k, v in expected.items() if k in again)
 
 
 def reference_outputs(loaded: "LoadedModel", reference, in_name: str, x: "np.ndarray") -> dict[str, "np.ndarray"]:

@@ -52,25 +52,13 @@ def drop_cached(files: list[Path]) -> bool:
     return dropped
 
 
-def trim_heap() -> bool:
-    """Return the C heap's free memory to the system (glibc's malloc_trim); False where there is none."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
-
-
 def load_costs(load: Callable[[], Any], close: Callable[[Any], None], files: list[Path]) -> tuple[Any, dict]:
     """Load twice: cold (the files dropped from the cache), then warm while the cold one is still held,
     so the warm load's memory cannot be the cold one's, freed and reused unseen; keep the warm runner.
     Returns it and the costs: `load_cold_s`, `load_warm_s`, `cold_dropped` (whether the cache could be
     dropped), `model_anon_mb` and `model_file_mb` (what the warm load added to the process). The
     process briefly holds the model twice."""
-    from vitexport.core.peakmem import resident
+    from vitexport.core.peakmem import resident, trim_heap
 
     dropped = drop_cached([Path(f) for f in files if Path(f).is_file()]) if files else False
     t0 = time.perf_counter()

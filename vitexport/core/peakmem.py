@@ -236,3 +236,17 @@ def merged(old: dict | None, new: dict) -> dict:
         return new
     peaks = [p for p in (old["peak_rss_mb"], new["peak_rss_mb"]) if p is not None]
     return {"seconds": round(old["seconds"] + new["seconds"], 3), "peak_rss_mb": max(peaks) if peaks else None}
+
+
+def trim_heap() -> bool:
+    """Return the C heap's free memory to the system (glibc's malloc_trim): memory a library freed stays
+    resident otherwise, to be reused by the process but counted, and unavailable to others. False where
+    there is no such call."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False

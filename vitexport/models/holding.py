@@ -16,6 +16,7 @@ import hashlib
 from typing import TYPE_CHECKING, Any, Callable
 
 from vitexport.core.errors import SourceError, WeightsError
+from vitexport.core.peakmem import trim_heap
 
 if TYPE_CHECKING:
     from vitexport.models.sources import LoadedModel
@@ -49,6 +50,7 @@ def release(loaded: "LoadedModel") -> None:
     for key in [k for k in loaded.memo if not (isinstance(k, tuple) and k and k[0] == "reference")]:
         del loaded.memo[key]
     gc.collect()  # traced and exported graphs hold the weights through reference cycles
+    trim_heap()  # what the exporter freed goes back to the system before the runtime loads
 
 
 def rebuilt(loaded: "LoadedModel", load: Callable[[Any], "LoadedModel"]):

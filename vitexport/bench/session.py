@@ -24,6 +24,8 @@ AUTO = "auto"
 # the limit. (The gate waits for MIN_PAIRS: it must also be able to clear a row, which needs a narrower
 # interval; retiring only ever says "slower".)
 RETIRE_PAIRS = 6
+# What a worker's open measures of a model's load (vitexport.bench.loadcost), copied into its rows.
+LOAD_COSTS = ("load_cold_s", "load_warm_s", "cold_dropped", "model_anon_mb", "model_file_mb")
 # Rounds of the screening (`retire_screen`): a row beyond the screen's ratio in each of them, paired by
 # round, cannot win; two, so one round that caught the fastest row in a fast phase decides nothing.
 SCREEN_ROUNDS = 2
@@ -357,6 +359,7 @@ class Session:
                    per_round={"median_ms": list(cell.medians), "reference_ms": list(cell.references)},
                    round_spread=relative_spread(cell.medians), provider=p.opened.get("provider"),
                    load_s=p.opened.get("load_s"), first_inference_ms=cell.first_inference_ms,
+                   **{k: p.opened.get(k) for k in LOAD_COSTS if p.opened.get(k) is not None},
                    artifact_bytes=(p.source or {}).get("bytes"), threads_applied=p.opened.get("threads_applied"),
                    dtype="float32", peak_rss_mb=row.get("peak_rss_mb"), peak_gpu_mb=row.get("peak_gpu_mb"))
         if row.get("sweep"):

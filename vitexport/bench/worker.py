@@ -3,7 +3,9 @@
 `python -m vitexport.bench.worker` reads one JSON request per line on stdin and answers each with one
 JSON line on stdout (`{"ok": true, ...}` or `{"ok": false, "reason": ..., "kind": "unavailable" |
 "failed"}`). Requests, in order:
-    {"op": "open", "kind": "model" | "gemm" | "reference", "threads": N, ...}  load it; load time, provider
+    {"op": "open", "kind": "model" | "gemm" | "reference", "threads": N, ...}  load it; load time, provider;
+                                                                             a model: cold and warm load, its memory
+                                                                             (vitexport.bench.loadcost)
     {"op": "prepare", "batch": B, "warmup_iters": I, "warmup_s": S}           first inference, warm-up
     {"op": "burst", "batch": B, "runs": N | "ms": T, "warmup_s": W}           timed runs -> samples_ms
     {"op": "profile", "batch": B, "runs": N, "warmup_runs": W}               after the timing: each operator's
@@ -48,7 +50,19 @@ class ModelKernel:
         self.seed, self.feeds = job["seed"], {}
         import numpy  # noqa: F401 (before the clock, as when torch brought it: load_s stays the runtime's own)
 
-        self.runner, self.load_s = time_load(lambda: be.load(job.get("artifact"), self.record, run).__enter__())
+        if job.get("load_costs", True):
+            from pathlib import Path
+
+            from vitexport.bench.loadcost import artifact_files, load_costs
+
+            artifact = job.get("artifact")
+            files = artifact_files(Path(artifact), be.files(Path(artifact), self.record)) if artifact else []
+            self.runner, self.costs = load_costs(lambda: be.load(artifact, self.record, run).__enter__(),
+                                                 lambda r: r.__exit__(None, None, None), files)
+            self.load_s = self.costs["load_warm_s"]
+        else:
+            self.runner, self.load_s = time_load(lambda: be.load(job.get("artifact"), self.record, run).__enter__())
+            self.costs = {}
         self.provider = self.runner.provider
 
     def runner_for(self, batch: int) -> Callable[[], object]:
@@ -125,7 +139,8 @@ class Worker:
         self.kernel = (ModelKernel if r["kind"] == "model" else ProductKernel)(r, self.threads)
         if "torch" in sys.modules and "torch" not in applied:  # a runner that imports torch without saying so
             applied.update(torch_threads(self.threads))
-        return {"load_s": self.kernel.load_s, "provider": self.kernel.provider, "threads_applied": applied,
+        return {"load_s": self.kernel.load_s, **getattr(self.kernel, "costs", {}),
+                "provider": self.kernel.provider, "threads_applied": applied,
                 "flop": getattr(self.kernel, "flop", None), "what": getattr(self.kernel, "what", None)}
 
     def op_prepare(self, r: dict) -> dict:

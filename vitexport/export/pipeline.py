@@ -23,6 +23,7 @@ from vitexport.core.errors import (
     explained,
 )
 from vitexport.core.options import check_number
+from vitexport.core.peakmem import Stage, merged
 from vitexport.core.progress import Progress, ProgressLike, using
 from vitexport.export import sidecar
 from vitexport.export.sidecar import ArtifactRecord
@@ -71,12 +72,16 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
     out = prepare_out_dir(out_dir)
     with using(progress) as reporter:
         t0 = time.perf_counter()
-        if loaded is None or loaded.spec != spec:
+        owned, loading = loaded is None or loaded.spec != spec, None
+        if owned:  # loaded here: this export is its last use, and may let it go for the check
             reporter.step(f"loading {spec.model}")
-            loaded = load(spec)
+            with Stage() as loading:
+                loaded = load(spec)
+            loaded.exclusive = True
         load_s = time.perf_counter() - t0
         job = Job(be, loaded, options, out, verify=verify, atol=atol, rtol=rtol, seed=seed, images=images, name=name,
-                  gate=gate, progress=reporter, force=force)
+                  gate=gate, progress=reporter, force=force, owns_model=owned,
+                  stages={"load": loading.record()} if loading else None)
         result = job.run()
     result["timings"] = {"load_s": load_s, **result["timings"]}
     return result
@@ -87,8 +92,11 @@ class Job:
 
     def __init__(self, be: Backend, loaded: LoadedModel, options: ExportOptions, out: Path, *, verify: bool,
                  atol, rtol, seed: int, images, name: str | None, progress: Progress, gate: "Gate | None" = None,
-                 force: bool = False):
+                 force: bool = False, owns_model: bool = False, stages: dict | None = None):
         self.be, self.loaded, self.options, self.out, self.force = be, loaded, options, out, force
+        # Nothing uses the model after this job: its check may let it go (a caller's model stays).
+        self.owns_model = owns_model
+        self.stages = dict(stages or {})  # each stage's seconds and peak memory, for the sidecar
         self.verify, self.atol, self.rtol, self.seed, self.images = verify, atol, rtol, seed, images
         self.gate = gate or Gate()
         self.given_name = name  # an upstream artifact is named after it, else after the model
@@ -110,15 +118,17 @@ class Job:
             options, search = self.options, []
             while True:
                 self.progress.step(f"exporting {self.name} to {be.name}")
-                t0 = time.perf_counter()
-                artifact = exported(be, self.loaded, options, stage / final.name, upstream)
-                timings["export_s"] = timings.get("export_s", 0.0) + time.perf_counter() - t0
+                with Stage() as exporting:
+                    artifact = exported(be, self.loaded, options, stage / final.name, upstream)
+                timings["export_s"] = timings.get("export_s", 0.0) + exporting.seconds
+                self.stages["export"] = merged(self.stages.get("export"), exporting.record())  # a retry adds
                 record = new_record(self.loaded, artifact, options, self.seed, upstream)
                 if not self.verify:
                     break
-                t0 = time.perf_counter()
-                record.parity, record.provider = self._check(artifact.path, record)
-                timings["verify_s"] = timings.get("verify_s", 0.0) + time.perf_counter() - t0
+                with Stage() as checking:
+                    record.parity, record.provider = self._check(artifact.path, record)
+                timings["verify_s"] = timings.get("verify_s", 0.0) + checking.seconds
+                self.stages["check"] = merged(self.stages.get("check"), checking.record())
                 refined = be.refine(self.loaded, options, artifact.path, record) if record.parity.passed is False \
                     else None
                 if search or refined:  # what each try kept in float, what it scored, what it cost
@@ -130,6 +140,7 @@ class Job:
                 _empty(stage)
             if search:
                 record.info["accuracy_search"] = search
+            record.info["stages"] = self.stages
             record.status = status_of(record.parity)
             record.files = [p.name for p in be.files(artifact.path, record)]
             record.artifact_sha256 = sidecar.digest(artifact.path, be.files(artifact.path, record))
@@ -149,7 +160,7 @@ class Job:
 
         tol = tolerance(self.be, record.precision, self.atol, self.rtol, self.gate)
         return parity_of(self.be, self.loaded, path, record, tol, self.seed, self.images, self.options.check_max_batch,
-                         self.progress)
+                         self.progress, release=self.owns_model)
 
     def _upstream(self) -> Upstream:
         """The verified artifact this backend builds from: reused from the output folder when its
@@ -259,7 +270,7 @@ def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int 
     batch_limit = max_batch or record.options.get("max_batch") or 8
     try:
         report, provider = run_checks(loaded, be, path, record, tol, record.seed, run=run, images=images,
-                                      max_batch=batch_limit, progress=progress)
+                                      max_batch=batch_limit, progress=progress, release=True)
     except Exception as e:  # the artifact would not load or run
         if changed:
             raise ParityError(damaged(path, changed, e), result_of(record, path, {}) | {"artifact_modified": True}) \

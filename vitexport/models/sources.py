@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from vitexport.core import chatter, usercode, writer
 from vitexport.core.environment import sha256_file, total_memory_bytes
 from vitexport.core.errors import ConfigError, SourceError, WeightsError, import_optional
+from vitexport.models import holding
 from vitexport.models import presets as configs
 from vitexport.models.factories import build_file, build_module, declared_shape
 from vitexport.models.records import Built
@@ -79,6 +80,14 @@ class LoadedModel:
     # many candidates from one load): PyTorch's outputs for an input already checked, a backend's
     # intermediate (its graph before quantization, say). Keys name what the value was made from.
     memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    # released: let go to make room for the runtime, rebuilt when asked for (vitexport.models.holding).
+    # exclusive: loaded by an export for itself alone, so a backend may lay its tensors out as it stores them.
+    released: bool = field(default=False, repr=False, compare=False)
+    exclusive: bool = field(default=False, repr=False, compare=False)
+
+    def release(self) -> None:
+        """The export's last use of its model is over: let it go (vitexport.models.holding)."""
+        holding.release(self)
 
     def remembered(self, key: Any, path: Path, make: Callable[[], Any]) -> Any:
         """`make()` writes the file `path` and returns facts about it. The file's bytes and the facts
@@ -109,6 +118,11 @@ class LoadedModel:
 # Largest input a model of the user's own is given: beyond these, a typo would exhaust memory.
 MAX_INPUT = {"N": 4096, "C": 64, "H": 16384, "W": 16384}
 CHECK_BATCH = 8  # the largest batch a check runs by default: what a preset's memory estimate assumes
+
+
+# `model` is a field for the constructor and a property after it: read, it rebuilds a released model.
+LoadedModel._model = None
+LoadedModel.model = property(lambda self: holding.model_of(self, load), holding.set_model)  # type: ignore
 
 
 def parse_input_shape(text: str) -> tuple[int, int, int, int]:

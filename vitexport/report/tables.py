@@ -69,6 +69,10 @@ def _show_gpu(report: dict) -> bool:
     return any(r.get("peak_gpu_mb") for r in report["results"])
 
 
+def _show_load_costs(report: dict) -> bool:
+    return any(r.get("load_cold_s") is not None for r in report["results"])
+
+
 def _show_roofline(report: dict) -> bool:
     return any(roofline_fraction(r) is not None for r in report["results"])
 
@@ -251,6 +255,16 @@ COLUMNS: tuple[Column, ...] = (
            compact=_f2),
     Column(key="first", csv="first_inference_ms", markdown="first ms", terminal="1st",
            value=_field("first_inference_ms"), fmt=_f, compact=_sig),
+    # What the model costs to load and hold (vitexport.bench.loadcost): in the files and the page, not
+    # the terminal's table, which stays narrow.
+    Column(key="load_cold", csv="load_cold_s", markdown="cold load s", value=_field("load_cold_s"), fmt=_f2,
+           shown=_show_load_costs),
+    Column(key="load_warm", csv="load_warm_s", markdown="warm load s", value=_field("load_warm_s"), fmt=_f2,
+           shown=_show_load_costs),
+    Column(key="model_anon", csv="model_anon_mb", markdown="model MB (own)", value=_field("model_anon_mb"), fmt=_f,
+           shown=_show_load_costs),
+    Column(key="model_file", csv="model_file_mb", markdown="model MB (mapped)", value=_field("model_file_mb"),
+           fmt=_f, shown=_show_load_costs),
     Column(key="artifact", csv="artifact_mb", markdown="artifact MB", terminal="file",
            value=lambda row: _mb(row.get("artifact_bytes")), fmt=_f, compact=_sig),
     Column(key="peak_rss", csv="peak_rss_mb", markdown="peak RSS MB", terminal="RSS", value=_field("peak_rss_mb"),

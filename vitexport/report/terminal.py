@@ -42,6 +42,7 @@ def export_result(result: dict[str, Any]) -> None:
     else:
         export_facts(console, result.get("info") or {})
         console.print("parity: not checked (--no-verify)")
+    stages(console, result.get("info") or {})
     if result.get("device"):
         device_facts(console, result)
     source(console, result)
@@ -194,6 +195,20 @@ def export_facts(console, info: dict[str, Any]) -> None:
         console.print("  [yellow]not delegated[/yellow]: " + ", ".join(f"{op} {n}" for op, n in
                                                                     d["not_delegated"].items()),
                       highlight=False, soft_wrap=True)
+
+
+def stages(console, info: dict[str, Any]) -> None:
+    """Each stage of the export: its time and the peak resident memory it reached (the sidecar's
+    `info.stages`; a verify shows the export's)."""
+    recorded = info.get("stages") or {}
+    if not recorded:
+        return
+    parts = []
+    for name, stage in recorded.items():
+        peak = stage.get("peak_rss_mb")
+        memory = f", peak {peak / 1000:.2f} GB" if peak is not None else ""
+        parts.append(f"{name} {stage['seconds']:.1f} s{memory}")
+    console.print("export stages: " + " · ".join(parts), highlight=False, soft_wrap=True)
 
 
 def lint_findings(console, findings: list[dict]) -> None:

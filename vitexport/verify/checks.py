@@ -21,10 +21,14 @@ if TYPE_CHECKING:
 
 def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "ArtifactRecord", tol: Tolerance,
                seed: int, *, run: "RunOptions | None" = None, images=None, max_batch: int = 8,
-               progress: ProgressLike = None) -> tuple[ParityReport, str]:
-    """Run PyTorch and the artifact on the same inputs; return the parity report and the provider."""
+               progress: ProgressLike = None, release: bool = False) -> tuple[ParityReport, str]:
+    """Run PyTorch and the artifact on the same inputs; return the parity report and the provider.
+
+    PyTorch's outputs are all computed before the artifact is loaded, so the model and the runtime
+    never hold their weights at the same time when `release` says this is the model's last use: the
+    model is let go (`LoadedModel.release`) before the runtime loads, and rebuilt only if a failure's
+    localization asks for it again."""
     from vitexport.verify.feeds import check_feeds
-    from vitexport.verify.reference import EagerRunner
 
     progress = as_progress(progress)
     in_name, out_name = record.input_names[0], record.output_names[0]  # images are judged on the first output
@@ -33,11 +37,15 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
     feeds, labels = check_feeds(loaded, batches, seed, images, image_batch=max(batches))
     runs, image_outputs = [], {"reference": [], "candidate": []}
     progress.step("checking against PyTorch", total=len(feeds) + 1)  # + the determinism run
+    progress.note("PyTorch's outputs")
+    refs = reference_all(loaded, in_name, record.output_names, feeds)
+    if release:
+        loaded.release()
     candidate = be.load(path, record) if run is None else be.load(path, record, run)  # None: the backend's default
-    with EagerRunner(loaded.model, in_name, record.output_names) as reference, candidate as runner:
-        for i, feed in enumerate(feeds):
+    with candidate as runner:
+        for i, (feed, ref) in enumerate(zip(feeds, refs)):
             progress.note(f"{feed.name} ({i + 1}/{len(feeds)})")
-            ref, cand = reference_outputs(loaded, reference, in_name, feed.x), runner.run({in_name: feed.x})
+            cand = runner.run({in_name: feed.x})
             runs.append((len(feed.x), feed.name, _rows(ref, feed.real), _rows(cand, feed.real)))
             if feed.from_images:
                 image_outputs["reference"].append(ref[out_name][:feed.real])
@@ -66,10 +74,12 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
 
 
 def parity_of(be: "Backend", loaded: "LoadedModel", path: Path, record: "ArtifactRecord", tol: Tolerance,
-              seed: int, images, max_batch: int, progress: ProgressLike) -> tuple[ParityReport, str | None]:
+              seed: int, images, max_batch: int, progress: ProgressLike,
+              release: bool = False) -> tuple[ParityReport, str | None]:
     """The artifact's parity report and the provider it ran on; a report that says why it was not
     checked when it runs only elsewhere (an engine without a GPU) or holds an op the evaluator here
-    lacks: its static checks (lint) still run, the numbers wait for `vitexport verify` there."""
+    lacks: its static checks (lint) still run, the numbers wait for `vitexport verify` there.
+    `release`: this is the model's last use (see run_checks)."""
     from vitexport.core.errors import NotCheckableHere
 
     here = be.runs_here_for(record)
@@ -77,12 +87,21 @@ def parity_of(be: "Backend", loaded: "LoadedModel", path: Path, record: "Artifac
     if reason is None:
         try:
             return run_checks(loaded, be, path, record, tol, seed, images=images, max_batch=max_batch,
-                              progress=progress)
+                              progress=progress, release=release)
         except NotCheckableHere as e:
             reason = str(e)
     report = ParityReport.not_checked(reason, tol, record.precision)
     apply_lint(report, be.lint(path, record))
     return report, None
+
+
+def reference_all(loaded: "LoadedModel", in_name: str, output_names: list[str], feeds) -> list[dict]:
+    """PyTorch's outputs for every feed, in order (memoized per loaded model: see reference_outputs).
+    A function of its own so that no name here keeps the model alive once it returns."""
+    from vitexport.verify.reference import EagerRunner
+
+    with EagerRunner(loaded.model, in_name, output_names) as reference:
+        return [reference_outputs(loaded, reference, in_name, feed.x) for feed in feeds]
 
 
 def reference_outputs(loaded: "LoadedModel", reference, in_name: str, x: "np.ndarray") -> dict[str, "np.ndarray"]:

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 from vitexport.backends.base import output_names
+from vitexport.backends.onnx.external import external_bytes, relocate
 from vitexport.backends.onnx.options import OnnxOptions
 from vitexport.core.environment import quiet_loggers, sha256_array
 from vitexport.core.errors import ExportError, explained
@@ -27,6 +28,10 @@ def export_onnx(loaded, options: OnnxOptions, out_path: Path, calibration=None) 
     # Trace at batch >= 2 when the batch is dynamic: the dynamo exporter specialises a size-1 dim.
     batch = max(2, loaded.input_shape[0]) if options.dynamic_batch else loaded.input_shape[0]
     example = torch.randn((batch, *loaded.input_shape[1:]), generator=torch.Generator().manual_seed(0))
+    if loaded.exclusive:  # nobody else holds the model: its weights may take the graph's order
+        from vitexport.backends.onnx.layout import transposed_linears
+
+        transposed_linears(loaded.model)
     with tempfile.TemporaryDirectory(dir=out_path.parent) as tmp:
         work = Path(tmp)
         raw = work / "raw.onnx"
@@ -37,13 +42,21 @@ def export_onnx(loaded, options: OnnxOptions, out_path: Path, calibration=None) 
         info = {"opset_requested": options.opset, "exporter": exporter, "exporter_requested": options.exporter,
                 "exporter_fallback_reason": fallback_reason, "trace_batch": batch}
         final = derive(raw, work, options, loaded, calibration, info)
-        model = onnx.load(str(final), load_external_data=True)
-    _embed_metadata(model, loaded, options)
-    weight_bytes = sum(len(t.raw_data) or 0 for t in model.graph.initializer)
-    external = weight_bytes > EXTERNAL_DATA_THRESHOLD
-    data_name = out_path.name + ".data"
-    onnx.save_model(model, str(out_path), save_as_external_data=external, all_tensors_to_one_file=True,
-                    location=data_name, size_threshold=1024)
+        model = onnx.load(str(final), load_external_data=False)  # the graph alone: its weights stay in files
+        _embed_metadata(model, loaded, options)
+        data_name = out_path.name + ".data"
+        inline = sum(len(t.raw_data) for t in model.graph.initializer)
+        external = inline + external_bytes(model, final.parent) > EXTERNAL_DATA_THRESHOLD
+        if external and not inline > EXTERNAL_DATA_THRESHOLD:
+            # Streamed from the exporter's file into the published one: the weights never in memory here.
+            relocate(model, final.parent, out_path.with_name(data_name))
+            out_path.write_bytes(model.SerializeToString())
+        else:
+            from onnx.external_data_helper import load_external_data_for_model
+
+            load_external_data_for_model(model, str(final.parent))
+            onnx.save_model(model, str(out_path), save_as_external_data=external, all_tensors_to_one_file=True,
+                            location=data_name, size_threshold=1024)
     try:
         onnx.checker.check_model(str(out_path), full_check=True)
     except Exception as e:

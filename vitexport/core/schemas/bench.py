@@ -94,6 +94,11 @@ class Row(Record):
     per_round: Optional[PerRound] = None
     round_spread: Optional[Ratio] = None
     load_s: Optional[Seconds] = None
+    load_cold_s: Optional[Seconds] = None  # the artifact's pages dropped from the page cache first
+    load_warm_s: Optional[Seconds] = None
+    cold_dropped: Optional[bool] = None  # whether the page cache could be dropped before the cold load
+    model_anon_mb: Optional[Amount] = None  # what the warm load added: the runtime's own memory
+    model_file_mb: Optional[Amount] = None  # ... and weights mapped from the artifact
     first_inference_ms: Optional[Spread] = None
     artifact_bytes: Optional[Count] = None
     peak_rss_mb: Optional[Amount] = None

@@ -84,7 +84,7 @@ def test_a_distributed_data_parallel_model_is_unwrapped(tmp_path):
 @pytest.mark.parametrize("shape,example,message", [
     (None, None, "the model's input is unknown: pass input_shape"),
     ((3, 32), None, "not an image batch"),
-    ((1, 3, 32), None, "fails on a 1x1x3x32 input"),
+    ((1, 3, 32), None, "on a 1x1x3x32 input failed"),
     ((0, 3, 32, 32), None, "not an image batch"),
     ((1, 3, 99999, 32), None, "H=99999 is above"),
     (None, (torch.zeros(1, 3, 32, 32), torch.zeros(1)), "example_inputs holds 2 values"),

@@ -36,6 +36,6 @@ def doctor(as_json: JsonOpt = False) -> None:
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
-    from vitexport.report.terminal import doctor_report
+    from vitexport.report.doctor_view import doctor_report
 
     doctor_report(result)

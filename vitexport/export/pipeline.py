@@ -297,6 +297,7 @@ def trusted_spec(record: ArtifactRecord, trust_code: bool, allow_pickle: bool, b
     names (`exported:FILE`, a model held in memory at export) is found beside the artifact `beside`."""
     from dataclasses import replace
 
+    from vitexport.models.memory import reference_beside
     from vitexport.models.sources import kind_of, runs_user_code
 
     try:
@@ -309,20 +310,6 @@ def trusted_spec(record: ArtifactRecord, trust_code: bool, allow_pickle: bool, b
     if beside is not None and kind_of(spec.model) == "exported":
         spec = replace(spec, model="exported:" + str(reference_beside(spec.model.partition(":")[2], Path(beside))))
     return replace(spec, allow_pickle=allow_pickle)
-
-
-def reference_beside(recorded: str, artifact: Path) -> Path:
-    """Where the reference program `recorded` lies for `artifact`: a relative name beside it (or one
-    folder up, for an artifact kept under failed/); a path that no longer exists, by its name there."""
-    recorded_path = Path(recorded)
-    if recorded_path.is_absolute() and recorded_path.exists():
-        return recorded_path
-    folder = Path(artifact).absolute().parent
-    name = recorded_path if not recorded_path.is_absolute() else Path(recorded_path.name)
-    for place in (folder, folder.parent):
-        if (place / name).exists():
-            return place / name
-    return folder / name
 
 
 def integrity_problem(be: Backend, path: Path, record: ArtifactRecord) -> str | None:

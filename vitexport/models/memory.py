@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+from pathlib import Path
 from typing import Any, Iterator
 
 from vitexport.core.errors import SourceError
@@ -20,6 +21,20 @@ from vitexport.models.sources import (MAX_INPUT, LoadedModel, SourceSpec, export
                                       user_outputs)
 
 REFERENCE_SUFFIX = ".reference.pt2"  # as vitexport.models.reference.SUFFIX, without importing torch here
+
+
+def reference_beside(recorded: str, artifact: Path) -> Path:
+    """Where the reference program `recorded` lies for `artifact`: a relative name beside it (or one
+    folder up, for an artifact kept under failed/); a path that no longer exists, by its name there."""
+    recorded_path = Path(recorded)
+    if recorded_path.is_absolute() and recorded_path.exists():
+        return recorded_path
+    folder = Path(artifact).absolute().parent
+    name = recorded_path if not recorded_path.is_absolute() else Path(recorded_path.name)
+    for place in (folder, folder.parent):
+        if (place / name).exists():
+            return place / name
+    return folder / name
 
 
 def is_module(value: Any) -> bool:

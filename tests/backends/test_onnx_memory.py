@@ -98,13 +98,3 @@ def test_an_export_over_the_limit_publishes_streamed_external_data(out_dir, monk
     graph = onnx.load(str(out_dir / "tiny-depth1.onnx"), load_external_data=False).graph
     offsets = [int({e.key: e.value for e in t.external_data}["offset"]) for t in graph.initializer if t.external_data]
     assert offsets and all(o % ALIGN == 0 for o in offsets)  # streamed by vitexport, mappable by a runtime
-
-
-def test_auto_exports_weights_over_the_limit_with_the_exporter_that_holds_them_once(monkeypatch):
-    from vitexport.backends.onnx.options import OnnxOptions
-
-    model = sources.load(SourceSpec("tiny", overrides={"depth": 1})).model
-    assert onnx_export.exporter_order(model, OnnxOptions())[0] == "legacy"  # small: the usual order
-    monkeypatch.setattr(onnx_export, "EXTERNAL_DATA_THRESHOLD", 100_000)  # tiny stands in for a 2 GB model
-    assert onnx_export.exporter_order(model, OnnxOptions()) == ("dynamo", "legacy")
-    assert onnx_export.exporter_order(model, OnnxOptions(exporter="legacy")) == ("legacy",)  # asked for: kept

@@ -35,11 +35,10 @@ def export_onnx(loaded, options: OnnxOptions, out_path: Path, calibration=None) 
     with tempfile.TemporaryDirectory(dir=out_path.parent) as tmp:
         work = Path(tmp)
         raw = work / "raw.onnx"
-        order = exporter_order(loaded.model, options)
         exporter, fallback_reason = loaded.remembered(
-            ("onnx-export", order, options.opset, options.dynamic_batch, options.input_name,
+            ("onnx-export", options.exporters(), options.opset, options.dynamic_batch, options.input_name,
              tuple(output_names(loaded, options)), batch), raw,
-            lambda: _export_any(loaded.model, example, raw, options, output_names(loaded, options), order))
+            lambda: _export_any(loaded.model, example, raw, options, output_names(loaded, options)))
         info = {"opset_requested": options.opset, "exporter": exporter, "exporter_requested": options.exporter,
                 "exporter_fallback_reason": fallback_reason, "trace_batch": batch}
         final = derive(raw, work, options, loaded, calibration, info)
@@ -143,23 +142,10 @@ def _input_name(path: Path) -> str:
     return next(v.name for v in graph.input if v.name not in initializers)
 
 
-def exporter_order(model, options: OnnxOptions) -> tuple[str, ...]:
-    """The exporters `auto` tries, in order. Weights over 2 GB go to the dynamo exporter first: it writes
-    each weight from the model's own memory into its data file, where the TorchScript-based one builds
-    the graph in C++ with transient copies of the weights (measured for a 2.5 GB ViT-H: a peak of
-    3.4 GB exporting with dynamo, 5 to 8 GB with legacy)."""
-    order = options.exporters()
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    if options.exporter == "auto" and weights > EXTERNAL_DATA_THRESHOLD and "dynamo" in order:
-        return ("dynamo", *(e for e in order if e != "dynamo"))
-    return order
-
-
-def _export_any(model, example, path: Path, options: OnnxOptions, outputs: list[str],
-                order: tuple[str, ...]) -> tuple[str, str | None]:
-    """Run the requested exporter (or each of auto's in `order`); return the one that worked."""
+def _export_any(model, example, path: Path, options: OnnxOptions, outputs: list[str]) -> tuple[str, str | None]:
+    """Run the requested exporter (or each of auto's in turn); return the one that worked."""
     errors = []
-    for exporter in order:
+    for exporter in options.exporters():
         try:
             _torch_export(model, example, path, options, outputs, exporter)
             return exporter, "; ".join(errors) or None

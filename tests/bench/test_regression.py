@@ -464,7 +464,10 @@ def test_verify_against_its_own_export_exits_0(onnx_export, tmp_path):
     assert {"max_abs_error", "mean_abs_error", "cosine_similarity", "top5_agreement"} <= names
     # Random weights on seeded inputs: PyTorch is decisive about none, so neither side has a top-1 number.
     assert "top1_agreement" not in names and not comparison["unmatched"]
-    assert comparison["regressions"] == [] and all(m["now"] == m["baseline"] for m in comparison["metrics"])
+    # The same numbers up to rounding: the export's PyTorch reference ran with its Linear weights laid out
+    # for the ONNX exporter (the same values, another GEMM kernel), verify's with the model as built.
+    assert comparison["regressions"] == [] and all(m["now"] == pytest.approx(m["baseline"], abs=1e-6)
+                                                   for m in comparison["metrics"])
     # verify's own --json output is a baseline too
     (tmp_path / "verify.json").write_text(result.stdout)
     assert invoke("verify", exported["artifact"], "--baseline", tmp_path / "verify.json").exit_code == 0

@@ -36,11 +36,10 @@ class Resident:
         return self.anon + self.file
 
 
-def status_fields(pid: int | str = "self") -> dict[str, int] | None:
-    """The kB fields of /proc/PID/status (VmRSS, VmHWM, RssAnon, RssFile, RssShmem) in bytes; None where
-    there is no /proc or the process is gone."""
+def _kb_fields(path) -> dict[str, int] | None:
+    """The `Name:  N kB` lines of a /proc file, in bytes; None where it cannot be read."""
     try:
-        text = (PROC / str(pid) / "status").read_text()
+        text = path.read_text()
     except OSError:
         return None
     fields = {}
@@ -50,6 +49,12 @@ def status_fields(pid: int | str = "self") -> dict[str, int] | None:
         if len(parts) == 2 and parts[1] == "kB":
             fields[key] = int(parts[0]) * 1024
     return fields
+
+
+def status_fields(pid: int | str = "self") -> dict[str, int] | None:
+    """The kB fields of /proc/PID/status (VmRSS, VmHWM, RssAnon, RssFile, RssShmem) in bytes; None where
+    there is no /proc or the process is gone."""
+    return _kb_fields(PROC / str(pid) / "status")
 
 
 def resident(pid: int | str = "self") -> Resident | None:
@@ -109,17 +114,8 @@ def proportional(pid: int | str = "self") -> Resident | None:
     """`pid`'s proportional set size in bytes (each page it shares with other processes counted as its
     share), anonymous and file-backed: what summing over processes needs, where a forked child still
     shares its parent's pages."""
-    try:
-        text = (PROC / str(pid) / "smaps_rollup").read_text()
-    except OSError:
-        return None
-    fields = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        parts = value.split()
-        if len(parts) == 2 and parts[1] == "kB":
-            fields[key] = int(parts[0]) * 1024
-    if "Pss" not in fields:
+    fields = _kb_fields(PROC / str(pid) / "smaps_rollup")
+    if fields is None or "Pss" not in fields:
         return None
     anon = fields.get("Pss_Anon", 0)
     return Resident(anon=anon, file=fields["Pss"] - anon)

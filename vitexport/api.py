@@ -83,7 +83,7 @@ def bench(spec: "SourceSpec | torch.nn.Module | None", targets: list[str], batch
         _check("bench", "out_dir", options.get("out_dir", "."), (str, Path), "a folder (str or Path)")
         with reference_spec(spec, options.get("out_dir", "."), input_shape=input_shape, example_inputs=example_inputs,
                             seed=options.get("seed", 0), progress=options.get("progress")) as recorded:
-            return bench(recorded, targets, batches, **options)
+            return bench.__wrapped__(recorded, targets, batches, **options)  # one notebook wrapper, not two
     _no_shape_for_spec("bench", input_shape, example_inputs)
     if spec is not None:
         _check_spec("bench", spec)

@@ -77,7 +77,8 @@ class Run:
                 at, line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
                 raise AssertionError(f"no line starting {start!r} in {timeout} s: {''.join(self.stderr)}") from None
-            assert line is not None, f"it ended before a line starting {start!r}: {''.join(self.stderr)}"
+            assert line is not None, \
+                f"it ended (exit {self.proc.wait()}) before a line starting {start!r}: {''.join(self.stderr)}"
             if line.startswith(start):
                 return at
 

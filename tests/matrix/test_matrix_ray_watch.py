@@ -142,6 +142,30 @@ def test_the_watch_sees_a_raylet_stop_and_a_dead_node_then_the_head_go():
         head.close()
 
 
+
+def test_confirm_knocks_at_once_on_the_head_and_this_machines_raylet():
+    """Before a call into Ray's object store, which ends the process without a word once this
+    machine's node is gone: the answer now, not at the watch's next period."""
+    head, raylet = listener(), listener()
+    watch = Watch(lambda: [], head.getsockname(), local=raylet.getsockname(), head_period=0.05)  # threads not started
+    try:
+        assert watch.confirm() is None
+        port = raylet.getsockname()[1]
+        raylet.close()
+        lost = watch.confirm()
+        assert lost.startswith("this machine's Ray node stopped answering at ")
+        assert lost.endswith(f"(127.0.0.1:{port}: connections refused)")
+        assert watch.head_lost == lost and watch.confirm() == lost  # remembered: every later call says the same
+        other = Watch(lambda: [], head.getsockname(), head_period=0.05)
+        assert other.confirm() is None
+        head_port = head.getsockname()[1]
+        head.close()
+        assert other.confirm().endswith(f"(127.0.0.1:{head_port}: connections refused)")
+        assert other.head_lost.startswith("its head stopped answering at ")
+    finally:
+        head.close()
+        raylet.close()
+
 # ------------------------------------------------------------------------------------------ tokens
 
 @pytest.fixture

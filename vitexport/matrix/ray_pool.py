@@ -98,7 +98,7 @@ class RayPool:
         self.placement = None
         from vitexport.matrix.ray_watch import Watch
 
-        self.watch = Watch(ray.nodes, head_of(ray, address)).start()
+        self.watch = Watch(ray.nodes, head_of(ray, address), local=raylet_of(ray, self.driver_node)).start()
 
     def where(self) -> str:
         return "a local Ray cluster" if self.address == "local" else f"the Ray cluster at {self.address}"
@@ -147,7 +147,9 @@ class RayPool:
         if path not in self.packed:
             from vitexport.matrix.cells import pack
 
-            self.packed[path] = ray.put(pack(Path(path)))
+            packed = pack(Path(path))
+            self.confirmed()  # ray.put into a lost node's store ends this process without a word
+            self.packed[path] = ray.put(packed)
         task = ray.remote(time_on_node).options(resources={f"device:{device}": 1}, num_cpus=self.cpus[device])
         self.pending[task.remote(job, self.packed[path])] = (ticket, kind, {"job": job, "device": device})
 
@@ -173,6 +175,10 @@ class RayPool:
                 result = ray.get(ref)
                 if kind == "export":
                     result = self.arrived(result, extra)
+            except ClusterLost:  # seen just now: what finished before it is kept, the next call raises again
+                if finished:
+                    return finished
+                raise
             except Exception as e:
                 interrupted = signal_in(e)
                 if interrupted is not None:  # the task stays pending: close() cancels it
@@ -182,6 +188,12 @@ class RayPool:
             del self.pending[ref]
             finished.append((ticket, result))
         return finished
+
+    def confirmed(self) -> None:
+        """ClusterLost now, before a call into Ray's object store, if the head or this machine's node is gone."""
+        lost = self.watch.confirm()
+        if lost:
+            raise ClusterLost(f"lost {self.where()}: {lost}")
 
     def watched(self) -> list[tuple[Any, dict]]:
         """What watching the cluster changes: ClusterLost once the head is lost; a line when a
@@ -217,6 +229,7 @@ class RayPool:
         from vitexport.matrix.cells import unpack
 
         packed_ref = extra["packed"]
+        self.confirmed()  # the bytes come through this machine's object store
         packed = self.ray.get(packed_ref)
         if packed is None:
             return result
@@ -310,6 +323,15 @@ def head_of(ray, address: str) -> tuple[str, int]:
         gcs = None
     host, _, port = (gcs or hostport(address)).rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def raylet_of(ray, node_id: str) -> tuple[str, int] | None:
+    """This machine's raylet (host, port), whose object store the driver's puts and gets go through."""
+    try:
+        entry = next(n for n in ray.nodes() if n["NodeID"] == node_id)
+        return str(entry["NodeManagerAddress"]), int(entry["NodeManagerPort"])
+    except (StopIteration, KeyError, TypeError, ValueError):
+        return None
 
 
 def hostport(address: str) -> str:

@@ -12,6 +12,11 @@ for a minute and then exits from C++, with no line of ours. So two daemon thread
 - the nodes: Ray's node table (`ray.nodes()`) every second, and a TCP connection to the raylet of
   each node that carries a device (a killed raylet refuses at once, long before Ray's verdict).
 
+Neither thread can be quick enough for Ray's object store: a `ray.put` or a `ray.get` of stored
+bytes after this machine's node (its raylet) died ends the process at once, from C++, with no word.
+So the pool calls `confirm()` just before each: it knocks now, on the head and on this machine's
+raylet, and a run whose cluster is gone ends with our line instead.
+
 `Placement` turns what they see into what the run does: say at once when no live node carries a
 device a pending timing needs, wait up to `--node-wait` seconds for one to join, then give up on
 those timings. It is plain bookkeeping over snapshots, so it is tested without a cluster.
@@ -78,8 +83,9 @@ class Watch:
     """The two watching threads and what they saw; `start()` once connected, `stop()` at the end."""
 
     def __init__(self, nodes: Callable[[], list[dict]], head: tuple[str, int], *, period: float = PERIOD_S,
-                 head_period: float = HEAD_PERIOD_S, head_lost_s: float = HEAD_LOST_S):
-        self._read_nodes, self.head = nodes, head
+                 head_period: float = HEAD_PERIOD_S, head_lost_s: float = HEAD_LOST_S,
+                 local: tuple[str, int] | None = None):
+        self._read_nodes, self.head, self.local = nodes, head, local  # local: this machine's raylet
         self.period, self.head_period, self.head_lost_s = period, head_period, head_lost_s
         self.alive: dict[str, Node] = {}  # live nodes, as last seen
         self.left: dict[str, Left] = {}  # nodes seen leaving, by id
@@ -98,6 +104,21 @@ class Watch:
 
     def stop(self) -> None:
         self._stop.set()  # the threads are daemons: one stuck in a call to a dead head does not hold the exit
+
+    def confirm(self) -> str | None:
+        """Knock now rather than at the next period: what was seen once the head or this machine's
+        raylet refuses twice in a row (half a period apart), else None."""
+        if self.head_lost:
+            return self.head_lost
+        places = [("its head", self.head)] + ([("this machine's Ray node", self.local)] if self.local else [])
+        if all(knock(*where) != "refused" for _, where in places):
+            return None
+        time.sleep(self.head_period)  # a second refusal, as the head's thread asks, before giving up
+        for who, (host, port) in places:
+            if knock(host, port) == "refused":
+                self.head_lost = f"{who} stopped answering at {clock()} ({host}:{port}: connections refused)"
+                return self.head_lost
+        return None
 
     def snapshot(self) -> tuple[dict[str, Node], dict[str, Left]]:
         with self._lock:

@@ -45,6 +45,26 @@ BEIT = dict(VIT, use_relative_position_bias=True, use_absolute_position_embeddin
 # forward; a 7x7 grid run at 4x4 does the same here.
 DINOV2 = dict(LAYERS, mlp_ratio=2, image_size=56, patch_size=PATCH)
 
+# Task heads. DPT on a 4x4 patch grid with its neck at two scales; Depth Anything on the DINOv2 above;
+# SegFormer with two stages (its logits at a quarter of the input); YOLOS with 5 detection tokens.
+DPT = dict(VIT, backbone_out_indices=[0, 1], neck_hidden_sizes=[16, 32], reassemble_factors=[2, 1],
+           fusion_hidden_size=16, head_in_index=-1)
+DEPTH_ANYTHING = dict(neck_hidden_sizes=[16, 32], reassemble_hidden_size=32, fusion_hidden_size=16, head_hidden_size=8,
+                      patch_size=PATCH)
+SEGFORMER = dict(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3],
+                 strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=32, image_size=IMAGE)
+YOLOS = dict(VIT, image_size=[IMAGE, IMAGE], num_detection_tokens=5)
+
+
+def _dpt(T):  # like Intel/dpt-large: a fixed resize, bicubic, mean/std 0.5
+    return T.DPTImageProcessor(size={"height": IMAGE, "width": IMAGE}, keep_aspect_ratio=False, ensure_multiple_of=1)
+
+
+def _depth_anything(T):
+    backbone = T.Dinov2Config(**DINOV2, out_indices=[1, 2], reshape_hidden_states=False)
+    return T.DepthAnythingConfig(backbone_config=backbone, **DEPTH_ANYTHING)
+
+
 # architecture -> (config, image processor or None), given the transformers module
 TINY = {
     "ViTForImageClassification": lambda T: (T.ViTConfig(**VIT, num_labels=LABELS), _vit(T)),
@@ -61,6 +81,12 @@ TINY = {
     "CLIPModel": lambda T: (T.CLIPConfig(text_config=TEXT, vision_config=VIT, projection_dim=16), _clip(T)),
     "SiglipVisionModel": lambda T: (T.SiglipVisionConfig(**VIT), _siglip(T)),
     "SiglipModel": lambda T: (T.SiglipConfig(text_config=TEXT, vision_config=VIT), _siglip(T)),
+    "DPTForDepthEstimation": lambda T: (T.DPTConfig(**DPT), _dpt(T)),
+    "DepthAnythingForDepthEstimation": lambda T: (_depth_anything(T), _dpt(T)),
+    "SegformerForSemanticSegmentation": lambda T: (T.SegformerConfig(**SEGFORMER, num_labels=LABELS),
+                                                   T.SegformerImageProcessor(size={"height": IMAGE, "width": IMAGE})),
+    "YolosForObjectDetection": lambda T: (T.YolosConfig(**YOLOS, num_labels=LABELS - 1),
+                                          T.YolosImageProcessor(size={"height": IMAGE, "width": IMAGE}, do_pad=False)),
 }
 
 

@@ -51,7 +51,7 @@ def check(result, arch: str, batches: list[int]) -> None:
     record = sidecar.read(result["artifact"])
     assert record.output_names == expected_outputs(arch)
     assert record.source.kind == "hf" and len(record.source.weights_sha256) == 64
-    assert any("attn_implementation=sdpa" in note for note in record.source.notes)
+    assert any(f"attn_implementation={ARCHITECTURES[arch].attention}" in note for note in record.source.notes)
     for freeze in ARCHITECTURES[arch].freezes:  # every freeze is said, never silent
         family = freeze.split("-")[0]
         assert any(note.lower().startswith(family) and "frozen" in note for note in record.source.notes), freeze

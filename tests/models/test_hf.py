@@ -60,7 +60,7 @@ def test_loaded_model_computes_what_transformers_computes(hf_dir, arch):
     assert loaded.output_names == (None if fields == ["logits"] else fields)
     assert loaded.weights_sha256 == sha256_file(folder / "model.safetensors")
     assert loaded.notes[0].startswith(f"{arch} loaded with transformers")
-    assert "attn_implementation=sdpa" in loaded.notes[0]
+    assert f"attn_implementation={ARCHITECTURES[arch].attention}" in loaded.notes[0]
     x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ours = loaded.model(x)
@@ -129,6 +129,13 @@ def test_preprocessing_equals_the_models_image_processor(hf_dir, arch):
     assert max_difference(folder, loaded, IMAGES) <= 1e-6
 
 
+# Processors whose defaults are not one fixed size (SegFormer's 512, YOLOS's padded shorter side 800, DPT's
+# aspect-keeping 384), at the fixed size a deployed model of theirs takes; their defaults are refused (HF_BAD).
+AT_224 = {"DPTImageProcessor": dict(size={"height": 224, "width": 224}, keep_aspect_ratio=False, ensure_multiple_of=1),
+          "SegformerImageProcessor": dict(size={"height": 224, "width": 224}),
+          "YolosImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False)}
+
+
 @pytest.mark.parametrize("processor", SUPPORTED)
 def test_published_processor_settings_at_224_match_too(tmp_path, processor):
     """Each processor with its own defaults (224 crops, shorter side 224/256, bilinear or bicubic), as the
@@ -136,7 +143,7 @@ def test_published_processor_settings_at_224_match_too(tmp_path, processor):
     folder = save_tiny("ViTModel", tmp_path, processor=False, config=transformers.ViTConfig(
         hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=224,
         patch_size=32))
-    getattr(transformers, processor)().save_pretrained(folder)
+    getattr(transformers, processor)(**AT_224.get(processor, {})).save_pretrained(folder)
     loaded = load(SourceSpec(f"hf:{folder}"))
     assert loaded.input_shape == (1, 3, 224, 224) and loaded.preprocessing["processor"]["class"] == processor
     assert max_difference(folder, loaded, IMAGES) <= 1e-6
@@ -216,6 +223,12 @@ def set_config(key, value, file="config.json"):
     return edit
 
 
+def processor_file(**data):
+    def edit(folder):
+        (folder / "preprocessor_config.json").write_text(json.dumps(data))
+    return edit
+
+
 HF_BAD = [
     # (edit of a copied tiny ViT folder, extra CLI args, message fragment)
     (set_config("architectures", ["ConvNextForImageClassification"]), [],
@@ -230,6 +243,13 @@ HF_BAD = [
      "image processor ConvNextImageProcessor is not one vitexport reproduces"),
     (set_config("size", {"height": 48, "width": 48}, "preprocessor_config.json"), [],
      "does not take a 48x48 input"),
+    (processor_file(image_processor_type="DPTImageProcessor", size={"height": 32, "width": 32},
+                    keep_aspect_ratio=True, ensure_multiple_of=14), [],
+     "DPTImageProcessor keeps the aspect ratio (keep_aspect_ratio=True), so its output size depends on the image"),
+    (processor_file(image_processor_type="DPTImageProcessor", size={"height": 32, "width": 32}, ensure_multiple_of=14),
+     [], "rounds the size to a multiple of 14 (ensure_multiple_of=14)"),
+    (processor_file(image_processor_type="YolosImageProcessor", size={"shortest_edge": 32, "longest_edge": 64}), [],
+     "YolosImageProcessor pads images (do_pad)"),
     (None, ["--weights", "model.safetensors"], "--weights does not apply to hf: models"),
     (None, ["--input-shape", "1,3,64,64"], "only the batch can change"),
 ]

@@ -22,17 +22,19 @@ class Architecture:
     loads_as: str | None = None  # the transformers class that loads it, when not the architecture itself
     unused: tuple[str, ...] = ()  # checkpoint key prefixes that `loads_as` leaves out on purpose
     top_level: tuple[str, ...] = ()  # config keys `loads_as` must take from the top-level config
+    attention: str = ATTENTION  # attn_implementation; eager where transformers offers no sdpa for the class
+    task: str = ""  # what it does (vitexport.verify.tasks.TASKS); by default a head's logits classify, features embed
 
-    @property
-    def task(self) -> str:
-        """What the architecture does, by its outputs: a head's logits classify, features embed."""
-        return "classification" if "logits" in self.outputs else "embedding"
+    def __post_init__(self):
+        if not self.task:
+            object.__setattr__(self, "task", "classification" if "logits" in self.outputs else "embedding")
 
 
 CLASSIFIER = ("logits",)
 HEADLESS = ("last_hidden_state", "pooler_output")
 EMBEDDING = ("image_embeds", "last_hidden_state")
-POSITIONS = ("dinov2-position-embeddings",)  # interpolated bicubically every forward: no Core ML op for that
+POSITIONS = ("dinov2-position-embeddings",)
+DETECTIONS = ("logits", "pred_boxes")  # class logits (the last class: no object) and (cx, cy, w, h) boxes in [0, 1]  # interpolated bicubically every forward: no Core ML op for that
 
 ARCHITECTURES: dict[str, Architecture] = {
     "ViTForImageClassification": Architecture(CLASSIFIER, "ViTImageProcessor"),
@@ -57,4 +59,11 @@ ARCHITECTURES: dict[str, Architecture] = {
     "SiglipVisionModel": Architecture(HEADLESS, "SiglipImageProcessor"),
     "SiglipModel": Architecture(HEADLESS, "SiglipImageProcessor", loads_as="SiglipVisionModel",
                                 unused=("text_model.", "logit_scale", "logit_bias")),
+    # Task heads: depth maps (N, H, W), class logits per pixel (N, K, H/4, W/4 for SegFormer), detections.
+    "DPTForDepthEstimation": Architecture(("predicted_depth",), "DPTImageProcessor", task="depth"),
+    "DepthAnythingForDepthEstimation": Architecture(("predicted_depth",), "DPTImageProcessor", freezes=POSITIONS,
+                                                    attention="eager", task="depth"),
+    "SegformerForSemanticSegmentation": Architecture(CLASSIFIER, "SegformerImageProcessor", task="segmentation"),
+    "YolosForObjectDetection": Architecture(DETECTIONS, "YolosImageProcessor", freezes=("yolos-position-embeddings",),
+                                            task="detection"),
 }

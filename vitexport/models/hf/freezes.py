@@ -75,7 +75,39 @@ def _frozen_positions(self, embeddings, height, width):
     return self.frozen_position_embeddings
 
 
+def yolos_position_embeddings(model, height: int, width: int) -> str | None:
+    """YOLOS resizes its position embeddings (and its mid-layer ones) bicubically to the input's patch
+    grid on every forward: Core ML has no bicubic upsample, yet the result depends on parameters and
+    the input size alone. One forward at the export size records each resize's output."""
+    import torch
+
+    yolos = _modeling("yolos")
+    kinds = (yolos.InterpolateInitialPositionEmbeddings, yolos.InterpolateMidPositionEmbeddings)
+    resizes = [m for m in model.modules() if isinstance(m, kinds)]
+    if not resizes:
+        return None
+    seen: dict = {}
+    hooks = [m.register_forward_hook(lambda m, args, out: seen.setdefault(m, out.detach().clone())) for m in resizes]
+    try:
+        with torch.no_grad():
+            model(pixel_values=torch.zeros(1, model.config.num_channels, height, width))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for module in resizes:
+        module.register_buffer("frozen_position_embeddings", seen[module], persistent=False)
+        module.forward = types.MethodType(_frozen_resize, module)
+    patch = model.config.patch_size
+    return (f"YOLOS position embeddings ({len(resizes)} table(s)) resized to the {height // patch}x{width // patch} "
+            f"patch grid once for the {height}x{width} input and frozen: Core ML has no bicubic upsample")
+
+
+def _frozen_resize(self, *args, **kwargs):
+    return self.frozen_position_embeddings
+
+
 FREEZES: dict[str, Callable[..., str | None]] = {
     "beit-relative-position-bias": beit_relative_position_bias,
     "dinov2-position-embeddings": dinov2_position_embeddings,
+    "yolos-position-embeddings": yolos_position_embeddings,
 }

@@ -16,7 +16,7 @@ import torch  # this module is imported only to build an hf: model, never by the
 from vitexport.core.environment import quiet_loggers
 from vitexport.core.errors import SourceError, WeightsError, explained
 from vitexport.models.hf import files
-from vitexport.models.hf.architectures import ARCHITECTURES, ATTENTION, Architecture
+from vitexport.models.hf.architectures import ARCHITECTURES, Architecture
 
 
 def build(spec):
@@ -39,12 +39,13 @@ def build(spec):
             model, load_notes = load_pretrained(transformers, path, name, arch, config)
             pre = preprocessing(transformers, path, arch.processor, image_size_of(model.config))
     height, width = input_hw(pre, model.config)
-    shape = (spec.input_shape[0] if spec.input_shape else 1, model.config.num_channels, height, width)
+    shape = (spec.input_shape[0] if spec.input_shape else 1, config_value(model.config, "num_channels", 3),
+             height, width)
     if spec.input_shape and tuple(spec.input_shape[1:]) != shape[1:]:
         raise SourceError(f"--input-shape {','.join(map(str, spec.input_shape))} does not match what hf:{text}'s "
                           f"image processor makes ({shape[1]}x{height}x{width}); only the batch can change")
     notes = [f"{name} loaded with transformers {transformers.__version__} from {path}, "
-             f"attn_implementation={ATTENTION}", *load_notes]
+             f"attn_implementation={arch.attention}", *load_notes]
     notes += [note for freeze in arch.freezes if (note := FREEZES[freeze](model, height, width))]
     wrapped = OutputsByName(model, present_outputs(model, arch, shape, text))
     notes.append(f"outputs: {', '.join(wrapped.fields)}")
@@ -99,7 +100,7 @@ def load_pretrained(transformers, path: Path, name: str, arch: Architecture, con
     kwargs = {key: config[key] for key in arch.top_level if key in config}
     try:
         model, info = cls.from_pretrained(str(path), local_files_only=True, trust_remote_code=False,
-                                          attn_implementation=ATTENTION, dtype=torch.float32,
+                                          attn_implementation=arch.attention, dtype=torch.float32,
                                           output_loading_info=True, **kwargs)
     except Exception as e:  # transformers raises many types for damaged folders
         text = explained(e)
@@ -126,8 +127,16 @@ def _shown(keys: list[str]) -> str:
     return ", ".join(keys[:5]) + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else "")
 
 
+def config_value(config, key: str, default):
+    """A config's value, or its backbone's (Depth Anything keeps channels and size in its DINOv2 config)."""
+    for where in (config, getattr(config, "backbone_config", None)):
+        if where is not None and getattr(where, key, None) is not None:
+            return getattr(where, key)
+    return default
+
+
 def image_size_of(config) -> int:
-    size = getattr(config, "image_size", 224)
+    size = config_value(config, "image_size", 224)
     return int(size[0] if isinstance(size, (list, tuple)) else size)
 
 

@@ -18,9 +18,15 @@ from vitexport.core.jsonfile import read_json
 from vitexport.models.hf.files import PROCESSOR
 
 # Processors whose steps are TorchvisionBackend's own: convert, resize, centre-crop, rescale and
-# normalise (BEiT's adds segmentation maps only). Another processor may do more than `pixels` does.
+# normalise (BEiT's and SegFormer's add segmentation maps, YOLOS's boxes: labels only). Another processor
+# may do more than `pixels` does; DPT's does more only with the settings `SIZE_RULES` refuses.
 SUPPORTED = ("ViTImageProcessor", "DeiTImageProcessor", "BeitImageProcessor", "BitImageProcessor",
-             "CLIPImageProcessor", "SiglipImageProcessor")
+             "CLIPImageProcessor", "SiglipImageProcessor", "DPTImageProcessor", "SegformerImageProcessor",
+             "YolosImageProcessor")
+# Settings that make the resized size depend on the image (vitexport's artifacts take one size):
+# (attribute, the value vitexport reproduces, what the setting does)
+SIZE_RULES = (("keep_aspect_ratio", False, "keeps the aspect ratio"),
+              ("ensure_multiple_of", 1, "rounds the size to a multiple of {value}"))
 RESAMPLE = {0: "nearest", 2: "bilinear", 3: "bicubic"}  # PIL codes the processors store -> what `pixels` runs
 
 
@@ -56,6 +62,11 @@ def recipe(proc, origin: str, where: str) -> dict[str, Any]:
                           f"({', '.join(SUPPORTED)}, torchvision backend)")
     if getattr(proc, "do_pad", False):
         raise SourceError(f"hf:{where}: {name} pads images (do_pad), which vitexport does not reproduce")
+    for key, plain, does in SIZE_RULES:
+        value = getattr(proc, key, plain)
+        if value not in (plain, None):
+            raise SourceError(f"hf:{where}: {name} {does.format(value=value)} ({key}={value}), so its output size "
+                              f"depends on the image; vitexport exports one size: save it with {key}={plain}")
     resize = _resize(proc, where) if proc.do_resize else None
     crop = {"height": proc.crop_size.height, "width": proc.crop_size.width} if proc.do_center_crop else None
     if proc.do_resize and proc.resample not in RESAMPLE:

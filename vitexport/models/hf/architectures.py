@@ -22,7 +22,8 @@ class Architecture:
     loads_as: str | None = None  # the transformers class that loads it, when not the architecture itself
     unused: tuple[str, ...] = ()  # checkpoint key prefixes that `loads_as` leaves out on purpose
     top_level: tuple[str, ...] = ()  # config keys `loads_as` must take from the top-level config
-    attention: str = ATTENTION  # attn_implementation; eager where transformers offers no sdpa for the class
+    # attn_implementation, per sub-config where the class itself has no sdpa (Depth Anything: its DINOv2 has)
+    attention: str | dict[str, str] = ATTENTION
     task: str = ""  # what it does (vitexport.verify.tasks.TASKS); by default a head's logits classify, features embed
 
     def __post_init__(self):
@@ -62,7 +63,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     # Task heads: depth maps (N, H, W), class logits per pixel (N, K, H/4, W/4 for SegFormer), detections.
     "DPTForDepthEstimation": Architecture(("predicted_depth",), "DPTImageProcessor", task="depth"),
     "DepthAnythingForDepthEstimation": Architecture(("predicted_depth",), "DPTImageProcessor", freezes=POSITIONS,
-                                                    attention="eager", task="depth"),
+                                                    attention={"": "eager", "backbone_config": ATTENTION},
+                                                    task="depth"),
     "SegformerForSemanticSegmentation": Architecture(CLASSIFIER, "SegformerImageProcessor", task="segmentation"),
     "YolosForObjectDetection": Architecture(DETECTIONS, "YolosImageProcessor", freezes=("yolos-position-embeddings",),
                                             task="detection"),

@@ -48,6 +48,8 @@ def check(result, arch: str, batches: list[int]) -> None:
     assert parity["passed"], parity["failures"]
     assert parity["batches"] == batches and parity["max_abs_error"] < 1e-4
     assert {c["output"] for c in parity["checks"]} == set(expected_outputs(arch))  # every output compared
+    task = ARCHITECTURES[arch].task  # a depth map judged as one, never by top-1
+    assert parity["task"] == task and (task == "classification" or parity["task_metrics"])
     record = sidecar.read(result["artifact"])
     assert record.output_names == expected_outputs(arch)
     assert record.source.kind == "hf" and len(record.source.weights_sha256) == 64

@@ -52,7 +52,8 @@ DPT = dict(VIT, backbone_out_indices=[0, 1], neck_hidden_sizes=[16, 32], reassem
 DEPTH_ANYTHING = dict(neck_hidden_sizes=[16, 32], reassemble_hidden_size=32, fusion_hidden_size=16, head_hidden_size=8,
                       patch_size=PATCH)
 SEGFORMER = dict(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3],
-                 strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=32, image_size=IMAGE)
+                 strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=32,
+                 image_size=IMAGE)
 YOLOS = dict(VIT, image_size=[IMAGE, IMAGE], num_detection_tokens=5)
 
 

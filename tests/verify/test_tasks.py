@@ -98,7 +98,8 @@ def test_a_model_of_every_task_is_verified_in_its_terms(tmp_path, task, backend)
     assert api.verify(result["artifact"], trust_code=True)["parity"]["task"] == task
 
 
-@pytest.mark.parametrize("backend,options", [("coreml", {"precision": "fp16"}), ("onnx", {"precision": "int8"})])
+@pytest.mark.parametrize("backend,options", [("coreml", {"precision": "fp16"}),
+                                             ("openvino", {"precision": "int8", "calibration_images": IMAGES})])
 @pytest.mark.parametrize("task", ["segmentation", "depth"])
 def test_reduced_precision_is_judged_by_the_tasks_gate(tmp_path, backend, options, task):
     be = backends.get(backend)
@@ -138,3 +139,31 @@ def test_the_task_can_be_given_on_the_command_line_and_is_recorded(tmp_path):
     assert sidecar.read(Path(result["artifact"])).source.task == "depth"
     bad = CliRunner().invoke(app, ["torchscript", "--model", model, "--task", "pose", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "--task 'pose' is not one of" in bad.output
+
+
+def test_a_task_gate_given_on_the_command_line_refuses_what_misses_it(tmp_path):
+    """--task-gate replaces a default limit: an int8 depth map held to zero relative error is refused
+    (exit 4) naming the number, the limit recorded in the JSON; a gate that names no task metric is bad input."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from vitexport.cli.app import app
+
+    be = backends.get("openvino")
+    if not be.availability().ok:
+        pytest.skip(be.availability().reason)
+    model = f"{ROOT / 'tests' / 'task_models.py'}:depth"
+    args = ["openvino", "--model", model, "--precision", "int8", "--calibration-images", str(IMAGES),
+            "--out", str(tmp_path)]
+    run = CliRunner().invoke(app, [*args, "--task-gate", "abs_rel=0", "--task-gate", "delta1=0.5", "--json"])
+    assert run.exit_code == 4, run.output
+    parity = json.loads(run.stdout)["parity"]
+    assert parity["task_gates"] == {"abs_rel": 0.0, "delta1": 0.5}
+    assert any(f.startswith("depth gate: abs rel") and f.endswith("> 0") for f in parity["failures"]), parity
+    assert not any(f.startswith("depth gate: delta1") for f in parity["failures"])  # 0.5: the default 0.95 replaced
+    for gate, message in (("pose=1", "--task-gate pose: not a task metric with a gate"),
+                          ("delta1", "--task-gate 'delta1': give METRIC=LIMIT"),
+                          ("delta1=2", "--task-gate delta1=2.0: give a number from 0 to 1")):
+        bad = CliRunner().invoke(app, [*args, "--task-gate", gate])
+        assert bad.exit_code == 2 and message in bad.output, (gate, bad.output)

@@ -19,9 +19,11 @@ from vitexport.cli.options import (
     PickleOpt,
     QuietOpt,
     RtolOpt,
+    TaskGateOpt,
     Top1Opt,
     TrustOpt,
 )
+from vitexport.cli.options import gate as gate_of
 from vitexport.cli.running import handle_errors, progress_for, stdout_to_stderr
 from vitexport.core.errors import RegressionError, UsageError
 
@@ -40,7 +42,7 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
            allow_fallback: Annotated[bool, typer.Option(
                help="Accept the provider a runtime falls back to when a requested one cannot start.")] = False,
            trust_code: TrustOpt = False, allow_pickle: PickleOpt = False,
-           min_top1_agreement: Top1Opt = None, max_accuracy_drop: DropOpt = None,
+           min_top1_agreement: Top1Opt = None, max_accuracy_drop: DropOpt = None, task_gate: TaskGateOpt = None,
            baseline: Annotated[Optional[list[Path]], typer.Option(
                help="What to compare with: exit 5 when worse beyond the margin. Here an earlier `verify --json` or export "
                     "`--json` output, and worse is a parity number that got worse "
@@ -69,14 +71,16 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
             raise UsageError("give either an ARTIFACT or --device-report FILE (with --package DIR), not both")
         given = {"--images": images, "--max-batch": max_batch, "--provider": provider, "--device": device,
                  "--max-error-growth": max_error_growth, "--allow-fallback": allow_fallback or None,
-                 "--trust-code": trust_code or None, "--allow-pickle": allow_pickle or None}
+                 "--trust-code": trust_code or None, "--allow-pickle": allow_pickle or None,
+                 "--task-gate": task_gate or None}
         ignored = [flag for flag, value in given.items() if value is not None]
         if ignored:
             raise UsageError(f"{', '.join(ignored)} does not apply to --device-report (the device ran the golden "
                              "inputs its package holds)")
         if baseline and len(baseline) > 1:
             raise UsageError("verify compares with one --baseline (an earlier device report); give it once")
-        judge_device_report(device_report, package_dir, atol, rtol, api.Gate(min_top1_agreement, max_accuracy_drop),
+        judge_device_report(device_report, package_dir, atol, rtol,
+                            gate_of(min_top1_agreement, max_accuracy_drop, task_gate),
                             baseline[0] if baseline else None, as_json)
         return
     if artifact is None:
@@ -90,7 +94,7 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
         with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
             result = api.verify(artifact, atol=atol, rtol=rtol, images=images, max_batch=max_batch, run=run,
                                 trust_code=trust_code, allow_pickle=allow_pickle,
-                                gate=api.Gate(min_top1_agreement, max_accuracy_drop), baseline=baseline,
+                                gate=gate_of(min_top1_agreement, max_accuracy_drop, task_gate), baseline=baseline,
                                 max_error_growth=max_error_growth, progress=progress)
     except RegressionError as e:
         emit(e.result, as_json)

@@ -15,6 +15,7 @@ import typer
 
 from vitexport import backends
 from vitexport.cli.options import EXPORT_PARAMS, SOURCE_PARAMS, command_param, source_spec
+from vitexport.cli.options import gate as gate_of
 from vitexport.cli.running import handle_errors, progress_for, stdout_to_stderr
 from vitexport.core.options import flag_of, help_of, parse_list
 
@@ -79,7 +80,7 @@ def export_command(be) -> Callable:
         spec = source_spec(*(kwargs[p.name] for p in SOURCE_PARAMS))
         options = be.Options(**{f.name: convert(kwargs[f.name]) for f, _, convert in flags})
         as_json = kwargs["as_json"]
-        gate = api.Gate(kwargs["min_top1_agreement"], kwargs["max_accuracy_drop"])
+        gate = gate_of(kwargs["min_top1_agreement"], kwargs["max_accuracy_drop"], kwargs["task_gate"])
         with stdout_to_stderr(as_json), progress_for(kwargs["quiet"], as_json) as progress:
             result = api.export(be.name, spec, options, kwargs["out"], verify=not kwargs["no_verify"],
                                 atol=kwargs["atol"], rtol=kwargs["rtol"], seed=kwargs["seed"], images=kwargs["images"],

@@ -96,6 +96,9 @@ Top1Opt = Annotated[Optional[float], typer.Option(
 DropOpt = Annotated[Optional[float], typer.Option(
     "--max-accuracy-drop", help="Accuracy gate on labelled --images: percentage points of accuracy the artifact "
                                 "may lose (default per precision: fp16 0.5, int8 1).")]
+TaskGateOpt = Annotated[Optional[list[str]], typer.Option(
+    "--task-gate", help="A limit on a task's number, METRIC=LIMIT, repeatable (delta1=0.98, mean_iou=0.9, "
+                        "detection_recall=0.95): it replaces the precision's default and applies at any precision.")]
 TrustOpt = Annotated[bool, typer.Option(
     "--trust-code", help="Allow importing the Python file or module a sidecar names to rebuild its model.")]
 ImagesOpt = Annotated[Optional[Path], typer.Option(
@@ -120,8 +123,26 @@ EXPORT_PARAMS = SOURCE_PARAMS + [
     command_param("as_json", JsonOpt, False), command_param("no_verify", NoVerifyOpt, False),
     command_param("atol", AtolOpt, None), command_param("rtol", RtolOpt, None),
     command_param("images", ImagesOpt, None), command_param("min_top1_agreement", Top1Opt, None),
-    command_param("max_accuracy_drop", DropOpt, None), command_param("force", ForceOpt, False),
+    command_param("max_accuracy_drop", DropOpt, None), command_param("task_gate", TaskGateOpt, None),
+    command_param("force", ForceOpt, False),
     command_param("quiet", QuietOpt, False)]
+
+
+def gate(min_top1_agreement: Optional[float], max_accuracy_drop: Optional[float],
+         task_gate: Optional[list[str]] = None):
+    """The accuracy gates the user gave: --min-top1-agreement, --max-accuracy-drop, --task-gate METRIC=LIMIT."""
+    from vitexport import api
+
+    limits = {}
+    for text in task_gate or []:
+        name, sep, value = text.partition("=")
+        try:
+            limits[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise UsageError(f"--task-gate {text!r}: give METRIC=LIMIT, e.g. delta1=0.98")
+    return api.Gate(min_top1_agreement, max_accuracy_drop, limits or None)
 
 
 def source_spec(config: Optional[str], model: Optional[str], weights: Optional[Path], allow_pickle: bool,

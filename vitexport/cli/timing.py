@@ -27,11 +27,13 @@ from vitexport.cli.options import (
     SeedOpt,
     SetOpt,
     ShapeOpt,
+    TaskGateOpt,
     Top1Opt,
     TrustOpt,
     WeightsOpt,
     source_spec,
 )
+from vitexport.cli.options import gate as gate_of
 from vitexport.cli.running import handle_errors, progress_for, said, stdout_to_stderr
 from vitexport.core.errors import ClusterLost, ExitCode, RegressionError, UsageError, VitexportError
 
@@ -152,7 +154,7 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
              target: Annotated[str, typer.Option(help="Where the artifact will run: cpu or cuda.")] = "cpu",
              calibration_images: Annotated[Optional[Path], typer.Option(
                  help="Images that calibrate int8: the static int8 candidate (default: --images)."), INPUT] = None,
-             min_top1_agreement: Top1Opt = None, max_accuracy_drop: DropOpt = None,
+             min_top1_agreement: Top1Opt = None, max_accuracy_drop: DropOpt = None, task_gate: TaskGateOpt = None,
              batch: Annotated[Optional[list[str]], typer.Option(
                  "--batch", help="Batch sizes, repeatable or as a comma list (1,4,8), timed: each has its pick; the "
                  "first's is NAME-optimized, another batch's different pick NAME-optimized-bN.")] = None,
@@ -179,7 +181,8 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
     spec = source_spec(config, model, weights, allow_pickle, input_shape, overrides, seed)
     with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
         result = run(spec, target=target, images=images, calibration_images=calibration_images,
-                     gate=api.Gate(min_top1_agreement, max_accuracy_drop), batches=_fixed_batches(batch), out_dir=out,
+                     gate=gate_of(min_top1_agreement, max_accuracy_drop, task_gate), batches=_fixed_batches(batch),
+                     out_dir=out,
                      name=name, seed=seed, threads=threads, budget_s=budget_s, thorough=thorough,
                      check_all=check_all, cache=not no_cache, progress=progress)
     emit_optimize(result, as_json)

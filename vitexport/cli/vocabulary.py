@@ -41,6 +41,7 @@ MEANINGS: dict[str, str] = {
     "--rtol": "Relative tolerance",
     "--seed": "Seed for random init and check inputs.",
     "--task": "What the model does, when its code does not say",
+    "--task-gate": "A limit on a task's number, METRIC=LIMIT",
     "--set": "Override a preset field, e.g. depth=2.",
     "--target": "Where the artifact will run",
     "--threads": "Threads for the timing",

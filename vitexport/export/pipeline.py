@@ -360,12 +360,17 @@ class Gate:
 
     min_top1_agreement: float | None = None
     max_accuracy_drop: float | None = None  # percentage points
+    task_gates: dict[str, float] | None = None  # {metric: limit} on the task's numbers (--task-gate)
 
     def check(self) -> None:
         if self.min_top1_agreement is not None:
             check_number(self.min_top1_agreement, "--min-top1-agreement", minimum=0, maximum=1)
         if self.max_accuracy_drop is not None:
             check_number(self.max_accuracy_drop, "--max-accuracy-drop", minimum=0, maximum=100)
+        if self.task_gates:
+            from vitexport.verify.tasks import check_gate_overrides
+
+            check_gate_overrides(self.task_gates)
 
 
 def attempt(be: Backend, path: Path, record: ArtifactRecord, options: ExportOptions) -> dict[str, Any]:
@@ -421,7 +426,8 @@ def check_tolerance(atol: float | None, rtol: float | None) -> None:
 def tolerance(be: Backend, precision: str, atol: float | None, rtol: float | None,
               gate: Gate | None = None) -> Tolerance:
     gate = gate or Gate()
-    return be.tolerance(precision).override(atol, rtol, gate.min_top1_agreement, gate.max_accuracy_drop)
+    return be.tolerance(precision).override(atol, rtol, gate.min_top1_agreement, gate.max_accuracy_drop,
+                                            gate.task_gates)
 
 
 def require(availability, backend: str) -> None:

@@ -169,7 +169,8 @@ def judge_task(report: ParityReport, task: str, runs: list[tuple], precision: st
 
     report.task = task
     report.task_metrics = tasks.worst(task, [tasks.task_metrics(task, ref, cand) for _b, _f, ref, cand in runs])
-    for failure in tasks.gate_failures(task, precision, report.task_metrics):
+    overrides = report.tolerance.task_gates if report.tolerance is not None else None
+    for failure in tasks.gate_failures(task, precision, report.task_metrics, overrides):
         report.fail(failure)
 
 

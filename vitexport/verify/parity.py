@@ -19,15 +19,21 @@ class Tolerance:
     # The accuracy gate on real images (--images): reduced precisions must keep PyTorch's decisions.
     min_top1_agreement: float | None = None  # on the images PyTorch is decisive about (see image_check)
     max_accuracy_drop: float | None = None  # percentage points, when the images carry labels
+    # The user's limits on the task's numbers ({metric: limit}, --task-gate); the defaults are by task
+    # and precision (vitexport.verify.tasks.GATES).
+    task_gates: dict[str, float] | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if not out["task_gates"]:
+            del out["task_gates"]  # the record of a run without them stays as it was
+        return out
 
     def override(self, atol: float | None = None, rtol: float | None = None, min_top1_agreement: float | None = None,
-                 max_accuracy_drop: float | None = None) -> "Tolerance":
+                 max_accuracy_drop: float | None = None, task_gates: dict[str, float] | None = None) -> "Tolerance":
         """The user's values where given; the precision's defaults for the rest."""
         given = {"atol": atol, "rtol": rtol, "min_top1_agreement": min_top1_agreement,
-                 "max_accuracy_drop": max_accuracy_drop}
+                 "max_accuracy_drop": max_accuracy_drop, "task_gates": dict(task_gates) if task_gates else None}
         return replace(self, **{k: v for k, v in given.items() if v is not None})
 
 
@@ -266,7 +272,7 @@ class ParityReport:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ParityReport":
         tol = Tolerance(d.get("atol", math.nan), d.get("rtol", math.nan), d.get("min_cosine", math.nan),
-                        d.get("min_top1_agreement"), d.get("max_accuracy_drop"))
+                        d.get("min_top1_agreement"), d.get("max_accuracy_drop"), d.get("task_gates"))
         lint = [Finding(**f) for f in d["lint"]] if d.get("lint") is not None else None
         if d.get("skipped") is not None:
             report = cls.not_checked(d["skipped"], tol, d.get("precision", "fp32"))

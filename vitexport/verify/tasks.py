@@ -45,6 +45,10 @@ GATES: dict[str, dict[str, list[tuple[str, str, float]]]] = {
                 "int8": [("alpha_mad", "max", 0.02), ("alpha_within_margin", "min", 0.95)]},
 }
 
+# Whether each gated metric must stay above (min) or below (max) its limit, by task.
+GATE_KINDS = {task: {name: kind for family in gates.values() for name, kind, _ in family}
+              for task, gates in GATES.items()}
+
 
 def check_task(task: str, where: str) -> str:
     from vitexport.core.errors import SourceError
@@ -92,11 +96,11 @@ def worst(task: str, per_batch: list[dict]) -> dict:
 
 
 def gate_failures(task: str, precision: str, numbers: dict, overrides: dict | None = None) -> list[str]:
-    """Why a reduced-precision artifact is refused on its task's numbers (empty: accepted). A number
-    the inputs could not give (no confident detection) is not judged. `overrides`: {metric: limit}."""
+    """Why an artifact is refused on its task's numbers (empty: accepted): a reduced precision by its
+    defaults, any precision by the limits the user gave (`overrides`: {metric: limit}, --task-gate).
+    A number the inputs could not give (no confident detection) is not judged."""
     failures = []
-    for name, kind, limit in GATES.get(task, {}).get(_family(precision), []):
-        limit = (overrides or {}).get(name, limit)
+    for name, kind, limit in gates_for(task, precision, overrides):
         value = numbers.get(name)
         if value is None:
             continue
@@ -106,8 +110,25 @@ def gate_failures(task: str, precision: str, numbers: dict, overrides: dict | No
     return failures
 
 
-def gates_for(task: str, precision: str) -> list[tuple[str, str, float]]:
-    return GATES.get(task, {}).get(_family(precision), [])
+def gates_for(task: str, precision: str, overrides: dict | None = None) -> list[tuple[str, str, float]]:
+    """The (metric, min or max, limit) the task is judged by at this precision, the user's limits applied."""
+    overrides = {k: v for k, v in (overrides or {}).items() if k in GATE_KINDS.get(task, {})}
+    gates = [(name, kind, overrides.pop(name, limit))
+             for name, kind, limit in GATES.get(task, {}).get(_family(precision), [])]
+    return gates + [(name, GATE_KINDS[task][name], limit) for name, limit in overrides.items()]
+
+
+def check_gate_overrides(overrides: dict[str, float], where: str = "--task-gate") -> None:
+    """Each name a metric some task is judged by, each limit a number in that metric's range."""
+    from vitexport.core.errors import UsageError
+
+    kinds = {name: kind for task_kinds in GATE_KINDS.values() for name, kind in task_kinds.items()}
+    for name, limit in overrides.items():
+        if name not in kinds:
+            raise UsageError(f"{where} {name}: not a task metric with a gate ({', '.join(sorted(kinds))})")
+        share = kinds[name] == "min"  # agreements and cosines run to 1; errors (max) from 0 up
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 <= limit <= (1 if share else 1e9):
+            raise UsageError(f"{where} {name}={limit!r}: give a number {'from 0 to 1' if share else 'of 0 or more'}")
 
 
 def _family(precision: str) -> str:

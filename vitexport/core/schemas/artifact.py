@@ -119,6 +119,9 @@ class Parity(Record):
     images: Optional[ImageCheck] = None
     lint: Optional[list[dict[str, Any]]] = None
     divergence: Optional[dict[str, Any]] = None
+    task: Optional[str] = None  # what the model does; its numbers by name in task_metrics
+    task_metrics: Optional[dict[str, Optional[Number]]] = None
+    task_gates: Optional[dict[str, Number]] = None  # the user's limits on them (--task-gate)
 
 
 def _file_name(name: str) -> str:

@@ -34,8 +34,8 @@ class Architecture:
 CLASSIFIER = ("logits",)
 HEADLESS = ("last_hidden_state", "pooler_output")
 EMBEDDING = ("image_embeds", "last_hidden_state")
-POSITIONS = ("dinov2-position-embeddings",)
-DETECTIONS = ("logits", "pred_boxes")  # class logits (the last class: no object) and (cx, cy, w, h) boxes in [0, 1]  # interpolated bicubically every forward: no Core ML op for that
+POSITIONS = ("dinov2-position-embeddings",)  # interpolated bicubically every forward: no Core ML op for that
+DETECTIONS = ("logits", "pred_boxes")  # class logits (the last class: no object) and (cx, cy, w, h) boxes in [0, 1]
 
 ARCHITECTURES: dict[str, Architecture] = {
     "ViTForImageClassification": Architecture(CLASSIFIER, "ViTImageProcessor"),

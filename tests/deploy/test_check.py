@@ -232,3 +232,33 @@ def test_device_programs_run_on_python_3_8_without_vitexport(path):
     top |= {n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
     assert top <= {"__future__", "argparse", "hashlib", "importlib", "json", "math", "os", "platform", "stat",
                    "subprocess", "sys", "time", "datetime", "pathlib"}, top  # runtimes only inside functions
+
+
+def test_a_detection_package_is_judged_on_its_boxes(tmp_path):
+    """The package carries the model's task and the limits its export was held to (--task-gate): the
+    device's detections are judged as detections, and boxes moved on the device are refused by them."""
+    from vitexport import api
+    from vitexport.deploy.package import package
+
+    spec = api.SourceSpec(f"{ROOT / 'tests' / 'task_models.py'}:detection")
+    gates = {"detection_recall": 0.95, "detection_precision": 0.95}
+    artifact = api.export("onnx", spec, out_dir=tmp_path / "out", gate=api.Gate(task_gates=gates))["artifact"]
+    folder = Path(package(artifact, "linux", out_dir=tmp_path / "packages", trust_code=True)["package"])
+    golden = json.loads((folder / "golden" / "golden.json").read_text())
+    assert golden["task"] == "detection" and golden["task_gates"] == gates
+    device = copy_to_device(folder, tmp_path)
+    assert run_check(device).returncode == 0
+    result = verify(device / "device-report.json", "--json")
+    assert result.exit_code == 0, result.stderr
+    parity = json.loads(result.stdout)["parity"]
+    assert parity["task"] == "detection" and parity["task_metrics"]["detection_recall"] == 1.0
+    assert parity["task_metrics"]["confident_detections"] > 0
+    report = json.loads((device / "device-report.json").read_text())
+    for case in report["cases"]:  # every box moved by a tenth of the image: same classes, IoU < 0.9
+        boxes = case["outputs"]["pred_boxes"]["data"]
+        boxes[:] = [v + 0.1 if i % 4 == 0 else v for i, v in enumerate(boxes)]
+    (device / "device-report.json").write_text(json.dumps(report))
+    result = verify(device / "device-report.json", "--json", "--atol", "1", "--rtol", "1")  # element-wise let by
+    assert result.exit_code == 4
+    failures = json.loads(result.stdout)["parity"]["failures"]
+    assert any(f.startswith("detection gate: detection recall") for f in failures), failures

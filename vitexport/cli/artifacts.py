@@ -71,8 +71,7 @@ def verify(artifact: Annotated[Optional[Path], typer.Argument(
             raise UsageError("give either an ARTIFACT or --device-report FILE (with --package DIR), not both")
         given = {"--images": images, "--max-batch": max_batch, "--provider": provider, "--device": device,
                  "--max-error-growth": max_error_growth, "--allow-fallback": allow_fallback or None,
-                 "--trust-code": trust_code or None, "--allow-pickle": allow_pickle or None,
-                 "--task-gate": task_gate or None}
+                 "--trust-code": trust_code or None, "--allow-pickle": allow_pickle or None}
         ignored = [flag for flag, value in given.items() if value is not None]
         if ignored:
             raise UsageError(f"{', '.join(ignored)} does not apply to --device-report (the device ran the golden "

@@ -109,7 +109,9 @@ def write(folder: Path, cases: list[Case], outputs: list[list[np.ndarray]], reco
     golden = {"schema": SCHEMA, "input_name": record.input_names[0], "input_dtype": input_dtype,
               "input_layout": "NCHW", "output_names": list(record.output_names), "precision": record.precision,
               "tolerance": {"atol": tol.atol, "rtol": tol.rtol, "min_cosine": tol.min_cosine},
-              "cases": described}
+              "cases": described, "task": record.source.task}
+    if tol.task_gates:
+        golden["task_gates"] = dict(tol.task_gates)
     writer.fill(target / "golden.json", json.dumps(golden, indent=2) + "\n")
     return golden
 

@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import Field, field_validator, model_validator
 
 from vitexport.core.schemas.bench import Conditions, KernelRates, PerRound, ReferenceKernel
-from vitexport.core.schemas.fields import (MAX_MS, Amount, Count, Cosine, ErrorOrNonFinite, Ratio, Record, Seconds,
-                                           Sha256, Share, Size, Spread, Tolerance, within, within_check)
+from vitexport.core.schemas.fields import (MAX_MS, Amount, Count, Cosine, ErrorOrNonFinite, Number, Ratio, Record,
+                                           Seconds, Sha256, Share, Size, Spread, Tolerance, within, within_check)
 
 TARGETS = Literal["linux", "jetson", "macos", "ios", "android"]
 MAX_DIMS = 8
@@ -104,6 +104,9 @@ class Golden(Record):
     output_names: list[str] = Field(min_length=1)
     tolerance: GoldenTolerance
     cases: list[GoldenCase]
+    # What the model does: the device's outputs are judged in its terms too (packages before tasks: classification)
+    task: Literal["classification", "embedding", "depth", "segmentation", "detection", "matting"] = "classification"
+    task_gates: Optional[dict[str, Number]] = None  # the limits given at packaging (--task-gate), if any
 
 
 class Output(Record):

@@ -218,6 +218,24 @@ def unroll():
 
 def scaled():
     return Scaled()
+
+
+class TwoScales(nn.Module):
+    # CrossViT's second branch: the input resized bicubically; position embeddings resized as YOLOS's.
+    input_shape = (1, 3, 16, 16)
+
+    def __init__(self):
+        super().__init__()
+        self.proj, self.pos = nn.Conv2d(3, 8, 4, 4), nn.Parameter(torch.randn(1, 8, 3, 3))
+
+    def forward(self, x):
+        small = nn.functional.interpolate(x, size=(8, 8), mode="bicubic", align_corners=False)
+        t = self.proj(x) + nn.functional.interpolate(self.pos, size=(4, 4), mode="bicubic", align_corners=False)
+        return torch.cat([t.flatten(1), small.flatten(1)], dim=1)
+
+
+def two_scales():
+    return TwoScales()
 """
 
 
@@ -252,6 +270,13 @@ def test_a_node_neither_path_converts_is_refused_as_unavailable_naming_it(out_di
     assert outcome.exit_code == 3, outcome.stderr
     assert "no torch.export converter for alias" in outcome.stderr and "TorchScript path failed" in outcome.stderr
     assert "Traceback" not in outcome.stderr and not any(out_dir.glob("*.mlpackage"))
+
+
+def test_bicubic_resizes_are_computed_once_or_as_matrix_products_and_the_package_verifies(out_dir, shapes):
+    result = coreml(out_dir, SourceSpec(f"{shapes}:two_scales"), precision="fp32")
+    assert result["status"] == "verified", result["parity"].get("failures")
+    assert result["info"]["rewrites"] == {"constant_folded": 1, "bicubic_as_matmul": 1}
+    assert result["info"]["conversion_path"] == "torch.export"
 
 
 def test_rank6_reshapes_are_folded_and_the_package_verifies(out_dir, shapes):

@@ -4,6 +4,7 @@ pure torch, no conversion, so each case takes well under a second."""
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from vitexport.backends.coreml_common import rewrites
 
@@ -136,3 +137,64 @@ def test_a_rank6_output_is_refused():
 
     with pytest.raises(rewrites.RankLimitError, match="the model returns it"):
         rewrites.fold_high_rank(program(Out(), torch.randn(1, 64)).module())
+
+
+class ResizedPositions(nn.Module):
+    """Position embeddings resized bicubically to the input's grid on every forward (YOLOS, CrossViT)."""
+
+    def __init__(self, on_input: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.pos, self.proj, self.on_input = nn.Parameter(torch.randn(1, 8, 3, 3)), nn.Conv2d(3, 8, 4, 4), on_input
+
+    def forward(self, x):
+        t = self.proj(x)
+        if self.on_input:  # a resize of an activation: it depends on the input, nothing to fold
+            return F.interpolate(t, scale_factor=2, mode="bicubic", align_corners=False)
+        return t + F.interpolate(self.pos, size=t.shape[-2:], mode="bicubic", align_corners=False)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_bicubic_resize_of_parameters_is_computed_once_and_held_as_a_constant(dynamic):
+    model, x = ResizedPositions().eval(), torch.randn(2, 3, 16, 16)
+    exported = program(model, x, dynamic)
+    again, done = rewrites.rewritten(exported, x, (exported_dims(dynamic),) if dynamic else None)
+    assert done == {"constant_folded": 1}
+    assert not [n for n in again.graph_module.graph.nodes if "bicubic" in str(n.target)]
+    for batch in ([2, 5] if dynamic else [2]):
+        x = torch.randn(batch, 3, 16, 16)
+        torch.testing.assert_close(again.module()(x), model(x))
+
+
+@pytest.mark.parametrize("resize", [dict(scale_factor=2), dict(size=(5, 7)), dict(size=(24, 40), align_corners=True),
+                                    dict(size=(5, 7), antialias=True)], ids=["x2", "down", "corners", "antialias"])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_bicubic_resize_of_an_activation_becomes_two_matrix_products(resize, dynamic):
+    """CrossViT's second branch: the input resized bicubically. Linear and separable at fixed sizes."""
+    class Resize(nn.Module):
+        def forward(self, x):
+            return F.interpolate(x * 2, mode="bicubic", **{"align_corners": False, **resize})
+
+    x = torch.randn(2, 3, 12, 16)
+    exported = program(Resize(), x, dynamic)
+    again, done = rewrites.rewritten(exported, x, (exported_dims(dynamic),) if dynamic else None)
+    assert done == {"bicubic_as_matmul": 1}
+    assert not [n for n in again.graph_module.graph.nodes if n.op == "call_function" and "bicubic" in str(n.target)]
+    for batch in ([2, 5] if dynamic else [2]):
+        x = torch.randn(batch, 3, 12, 16)
+        torch.testing.assert_close(again.module()(x), Resize()(x), rtol=1e-5, atol=1e-5)  # another summation order
+
+
+def test_a_grid_sample_of_an_activation_is_left_to_the_converter():
+    class Sample(nn.Module):
+        def forward(self, x):
+            grid = torch.tanh(x[:, :2].permute(0, 2, 3, 1))
+            return F.grid_sample(x, grid, align_corners=False)
+
+    x = torch.randn(2, 3, 8, 8)
+    exported = program(Sample(), x)
+    assert rewrites.rewritten(exported, x) == (exported, {})
+
+
+def exported_dims(dynamic: bool):
+    return {0: torch.export.Dim("batch", min=1, max=64)} if dynamic else None

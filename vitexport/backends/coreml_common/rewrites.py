@@ -1,5 +1,6 @@
 """Rewrites of an exported graph that let Core ML take a model it would otherwise refuse, computing
-the same values: `alias` nodes (a no-op view that coremltools' torch.export frontend cannot convert)
+the same values: computations on parameters alone that Core ML cannot convert are done once
+(vitexport.backends.coreml_common.constants), `alias` nodes (a no-op view that coremltools' torch.export frontend cannot convert)
 are dropped, and tensors of rank above Core ML's limit of 5 (Hiera's unroll/reroll, its 6-d qkv
 split) are carried as rank <= 5 tensors in row-major order, each op on them written in that form.
 
@@ -28,11 +29,19 @@ def rewritten(program, example, dynamic_shapes=None):
     input anew). Raises RankLimitError where no rewrite covers a tensor above the rank limit."""
     import torch
 
+    from vitexport.backends.coreml_common.bicubic import as_matmuls, bicubic_nodes
+    from vitexport.backends.coreml_common.constants import constant_nodes, fold_constants
+
     gm = program.graph_module
-    if not (has_aliases(gm) or has_high_rank(gm) or _mixed_copies(gm)):
+    inputs = set(program.graph_signature.user_inputs)
+    if not (has_aliases(gm) or has_high_rank(gm) or _mixed_copies(gm) or constant_nodes(gm, inputs)
+            or bicubic_nodes(gm)):
         return program, {}
     module = program.module()  # a plain graph to rewrite, then export again (shapes and guards recomputed)
-    done = {kind: n for kind, n in (("alias_removed", drop_aliases(module)), ("copy_cast", cast_copies(module)),
+    # Constants first: a resize of parameters is computed once; a resize of an activation becomes matmuls.
+    done = {kind: n for kind, n in (("constant_folded", fold_constants(module, example)),
+                                    ("bicubic_as_matmul", as_matmuls(module)),
+                                    ("alias_removed", drop_aliases(module)), ("copy_cast", cast_copies(module)),
                                     ("rank_folded", fold_high_rank(module))) if n}
     if not done:
         return program, {}

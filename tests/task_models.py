@@ -108,3 +108,28 @@ TASK_MODELS = {"depth": _seeded(Depth), "segmentation": _seeded(Segmentation), "
 # Factories for `--model tests/task_models.py:NAME`.
 depth, segmentation, detection, matting, embedding = (TASK_MODELS[t] for t in
                                                       ("depth", "segmentation", "detection", "matting", "embedding"))
+
+
+class ViTMatte(nn.Module):
+    """transformers' ViTMatte, tiny: a ViTDet backbone with window attention and relative positions
+    (which OpenVINO's TorchScript frontend cannot convert) on the image and its trimap."""
+
+    task, input_shape = "matting", (1, 4, SIZE, SIZE)
+
+    def __init__(self):
+        super().__init__()
+        import transformers as T
+
+        backbone = T.VitDetConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
+                                  image_size=SIZE, patch_size=16, num_channels=4, out_features=["stage2"],
+                                  use_relative_position_embeddings=True, window_block_indices=[0], window_size=2,
+                                  pretrain_image_size=48)
+        config = T.VitMatteConfig(backbone_config=backbone, hidden_size=32, convstream_hidden_sizes=[8, 16, 16],
+                                  fusion_hidden_sizes=[16, 16, 16, 8])
+        self.model = T.VitMatteForImageMatting(config).eval()
+
+    def forward(self, x):
+        return self.model(pixel_values=x).alphas
+
+
+vitmatte = _seeded(ViTMatte)

@@ -300,3 +300,30 @@ def test_keep_fp32_takes_op_types_names_globs_and_module_paths():
     assert kept("blocks.1") == kept("__module.blocks.1/*", "__module.blocks.1.*")
     by_type = kept("Gelu")
     assert len(by_type) == 2 and all("aten::gelu" in n for n in by_type)
+
+
+def test_a_model_the_torchscript_frontend_cannot_take_converts_from_its_program(tmp_path):
+    """ViTMatte's relative positions trace to aten::FloatImplicit, which the TorchScript frontend lacks:
+    the torch.export program goes through OpenVINO's FX frontend instead, said in the sidecar."""
+    pytest.importorskip("transformers")
+    spec = SourceSpec(f"{ROOT / 'tests' / 'task_models.py'}:vitmatte")
+    result = api.export("openvino", spec, OpenVinoOptions(precision="fp32", dynamic_batch=True), tmp_path)
+    assert result["status"] == "verified" and result["parity"]["task"] == "matting", result["parity"]["failures"]
+    converted = result["info"]["converted_from"]
+    assert converted.startswith("torch.export program (the TorchScript frontend has no conversion rule for ")
+    assert "aten::FloatImplicit" in converted and result["parity"]["batches"] == [1, 3, 8]
+
+
+def test_what_neither_frontend_converts_is_named(tmp_path, monkeypatch):
+    import openvino
+
+    def refuse(model, **kwargs):
+        raise RuntimeError("Check 'false' failed at src/frontends/common_translators/src/unconverted_ops_report.cpp"
+                           ":151:\nFrontEnd API failed with OpConversionFailure:\nModel wasn't fully converted.\n"
+                           "Summary:\n-- No conversion rule found for operations: aten::made_up_op\n")
+    monkeypatch.setattr(openvino, "convert_model", refuse)
+    result = invoke("openvino", *TINY, "--out", tmp_path)
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    line = " ".join(result.stderr.split())
+    assert ("its TorchScript frontend has no conversion rule for aten::made_up_op; from torch.export's program, "
+            "has no conversion rule for aten::made_up_op") in line, result.stderr

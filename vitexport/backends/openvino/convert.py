@@ -5,7 +5,10 @@ verified ONNX. Both were measured on the tiny and base presets (benchmarks/openv
 the same parity to PyTorch and the same latency within the noise of the machine; the direct path
 needs no ONNX export first, and only it keeps each node's module path in its name
 (`__module.blocks.3.attn/...`), which the divergence localization, --keep-fp32 by module and the
-accuracy search read. (A torch.export program converts too, but its nodes lose their module paths.)
+accuracy search read. A torch.export program converts too, but its nodes lose their module paths:
+it is the second way, taken when the TorchScript frontend lacks an op (ViTMatte's relative positions
+trace to `aten::FloatImplicit`), and said in the sidecar. When neither converts, the error names the
+ops each frontend lacks.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None
     key = ("openvino-convert", options.dynamic_batch, options.input_name, tuple(output_names(loaded, options)))
     if key not in loaded.memo:
         loaded.memo[key] = convert(loaded, options)
-    model, batch = loaded.memo[key][0].clone(), loaded.memo[key][1]
-    info = {"converted_from": "PyTorch module (openvino.convert_model, traced)", "trace_batch": batch}
+    model, batch, converted_from = loaded.memo[key][0].clone(), loaded.memo[key][1], loaded.memo[key][2]
+    info = {"converted_from": converted_from, "trace_batch": batch}
     if options.precision == "int8":
         from vitexport.backends.openvino.quantize import quantize_ir
 
@@ -57,19 +60,55 @@ def convert(loaded, options: OpenVinoOptions):
     batch = max(2, loaded.input_shape[0]) if options.dynamic_batch else loaded.input_shape[0]
     example = torch.randn((batch, *loaded.input_shape[1:]), generator=torch.Generator().manual_seed(0))
     shape = [-1 if options.dynamic_batch else batch, *loaded.input_shape[1:]]
+    converted_from = "PyTorch module (openvino.convert_model, traced)"
     try:
         with torch.no_grad(), export_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer chatter; parity at several batches is the real test
             model = openvino.convert_model(loaded.model, example_input=example, input=[shape])
-    except Exception as e:
-        raise ExportError(f"openvino.convert_model failed: {raised(e)}") from None
+    except Exception as traced:
+        model, converted_from = from_program(loaded, example, options, traced)
     names = output_names(loaded, options)
     if len(model.outputs) != len(names):
         raise ExportError(f"the converted model has {len(model.outputs)} outputs for the names {names}")
     model.inputs[0].get_tensor().set_names({options.input_name})
     for port, name in zip(model.outputs, names):
         port.get_tensor().set_names({name})
-    return model, batch
+    return model, batch, converted_from
+
+
+def from_program(loaded, example, options: OpenVinoOptions, traced: Exception):
+    """The second way: torch.export's program through OpenVINO's FX frontend, after the TorchScript
+    frontend failed (`traced`). ExportError naming what each frontend lacks when this fails too."""
+    import openvino
+    import torch
+
+    from vitexport.models.sources import export_mode
+
+    first = lacking(traced)
+    dynamic = ({0: torch.export.Dim("batch", min=1, max=4096)},) if options.dynamic_batch else None
+    try:
+        with torch.no_grad(), export_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = torch.export.export(loaded.model, (example,), dynamic_shapes=dynamic)
+            model = openvino.convert_model(program)
+    except Exception as e:
+        why = lacking(e)
+        raise ExportError(f"openvino.convert_model failed: its TorchScript frontend {first or raised(traced)}; "
+                          f"from torch.export's program, {why or raised(e)}") from None
+    return model, f"torch.export program (the TorchScript frontend {first or 'failed: ' + raised(traced)})"
+
+
+def lacking(error: Exception) -> str | None:
+    """'has no conversion rule for aten::X, ...' (or 'failed to convert ...'), from OpenVINO's report
+    of a model it could not fully convert; None when the error is not such a report."""
+    import re
+
+    text = str(error)
+    missing = re.search(r"No conversion rule found for operations: ([^\n]+)", text)
+    failed = re.search(r"Conversion is failed for: ([^\n]+)", text)
+    parts = ([f"has no conversion rule for {missing.group(1).strip()}"] if missing else []) + \
+            ([f"failed to convert {failed.group(1).strip()}"] if failed else [])
+    return "; ".join(parts) or None
 
 
 def _embed_metadata(model, loaded, options: OpenVinoOptions) -> None:

@@ -453,6 +453,62 @@ def test_a_real_bench_against_a_forged_baseline(tmp_path):
     assert "onnxruntime fp32 batch 1 (tiny-depth1-dynamic.onnx)" in line and "torch fp32" not in line
 
 
+
+def test_holding_verdicts_judge_memory_and_load_beyond_their_margins():
+    from vitexport.bench import holding
+    from vitexport.bench.regression import bench_message, key, name
+    from vitexport.report.prose import baseline_lines
+
+    def row(backend, anon, mapped, load):
+        return {"backend": backend, "precision": "fp32", "batch_size": 1, "artifact": f"m.{backend}",
+                "model_anon_mb": anon, "model_file_mb": mapped, "load_warm_s": load}
+
+    now = [row("onnxruntime", 180.0, 0.0, 0.30), row("openvino", 95.0, 10.0, 1.0), row("coreml", None, None, None)]
+    old = [row("onnxruntime", 90.0, 2.1, 0.31), row("openvino", 90.0, 5.0, 0.2), row("coreml", 5.0, 0.0, 0.1)]
+    comparison = {"path": "old.json", "rule": "r", "compared": [{"row": name(key(r))} for r in now],
+                  "regressions": [], "unmatched": []}
+    verdicts = holding.judge(comparison, {name(key(r)): r for r in now}, {name(key(r)): r for r in old})
+    got = {(v["row"].split()[0], v["kind"]): v["regressed"] for v in verdicts}
+    # +88 MB of 92 is beyond +10 % and +16 MB; +10 MB of 95 is within; 0.2 -> 1 s is beyond +50 % and +0.1 s;
+    # a side without the numbers is not judged
+    assert got == {("onnxruntime", "memory"): True, ("onnxruntime", "load"): False,
+                   ("openvino", "memory"): False, ("openvino", "load"): True}
+    assert [(v["row"].split()[0], v["kind"]) for v in comparison["costlier"]] == [("onnxruntime", "memory"),
+                                                                                ("openvino", "load")]
+    message = bench_message(comparison)
+    assert message.startswith("costlier to hold or load than the baseline old.json: onnxruntime fp32 batch 1 (m.onnxruntime)"
+                              ": the model holds 180 MB vs 92.1 MB, limit 108.1")
+    assert "openvino fp32 batch 1 (m.openvino): a warm load takes 1 s vs 0.2 s, limit 0.3" in message
+    lines = baseline_lines(comparison)
+    assert sum(line.startswith("costlier: ") for line in lines) == 2
+    assert sum(line.startswith("within the margin: ") and ("holds" in line or "load takes" in line)
+               for line in lines) == 2
+
+
+def test_a_bench_whose_model_grew_in_memory_is_a_regression(tmp_path, monkeypatch):
+    """The run's own gate: a baseline whose onnxruntime model held nothing (margins set to none here,
+    as a tiny model is within the default +16 MB) fails with exit 5; its latency, forged slower, passes."""
+    from vitexport.bench import holding
+
+    args = ["bench", *TINY, "--backend", "onnxruntime", "--batch", "1", "--iters", "16", "--warmup-iters", "1",
+            "--warmup-s", "0", "--no-roofline", "--quiet"]
+    assert invoke(*args, "--out", tmp_path / "a", "--json-path", tmp_path / "a.json").exit_code == 0
+    forged = json.loads((tmp_path / "a.json").read_text())
+    (row,) = forged["results"]
+    if row.get("model_anon_mb") is None:
+        pytest.skip("this platform gives no memory split (Linux's /proc does)")
+    row.update(model_anon_mb=0.0, model_file_mb=0.0)
+    row["per_round"]["median_ms"] = [m * 100 for m in row["per_round"]["median_ms"]]
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    monkeypatch.setattr(holding, "MEMORY_MARGIN", 0.0)
+    monkeypatch.setattr(holding, "MEMORY_FLOOR_MB", 0.0)
+    result = invoke(*args, "--out", tmp_path / "b", "--json-path", tmp_path / "b.json",
+                    "--baseline", tmp_path / "forged.json")
+    assert result.exit_code == 5, result.stderr
+    baseline = json.loads((tmp_path / "b.json").read_text())["baseline"]
+    assert baseline["regressions"] == [] and [v["kind"] for v in baseline["costlier"]] == ["memory"]
+    assert "costlier to hold or load than the baseline" in result.stderr and "the model holds" in result.stderr
+
 # --- verify --baseline ---------------------------------------------------------------------------------------
 
 def test_verify_against_its_own_export_exits_0(onnx_export, tmp_path):

@@ -380,8 +380,16 @@ def slower(c: dict) -> str:
 
 
 def bench_message(comparison: dict) -> str:
-    worst = sorted(comparison["regressions"], key=lambda c: -(c.get("ratio") or 0))
-    return f"slower than the baseline {comparison['path']}: " + "; ".join(verdict_text(c) for c in worst)
+    from vitexport.bench import holding
+
+    slower_rows = sorted(comparison["regressions"], key=lambda c: -(c.get("ratio") or 0))
+    costs = comparison.get("costlier", [])  # memory and load (vitexport.bench.holding)
+    parts = ([f"slower than the baseline {comparison['path']}: " + "; ".join(verdict_text(c) for c in slower_rows)]
+             if slower_rows else [])
+    if costs:
+        parts.append(f"costlier to hold or load than the baseline {comparison['path']}: "
+                     + "; ".join(holding.text(c) for c in costs))
+    return "; ".join(parts)
 
 
 def inconclusive_message(comparison: dict) -> str:

@@ -109,12 +109,18 @@ def bench(spec: SourceSpec | None, targets: list[str], batches: list[int] | str,
         report = measure_all(spec, targets, settings, artifacts=[Path(a) for a in artifacts], out=out, label=label,
                              trust_code=trust_code, old=old, old_path=old_path, base_artifacts=base_artifacts,
                              progress=reporter)
+    if report.get("baseline"):  # the model's memory and load time too, beside its latency
+        from vitexport.bench import holding
+
+        before = report["baseline"].get("rows") or (old or {}).get("results", [])
+        holding.judge(report["baseline"], {regression.name(regression.key(r)): r for r in report["results"]},
+                      {regression.name(regression.key(r)): r for r in before})
     strict(report)  # a run that timed nothing replaces no earlier report: it raises before writing
     if write_files is not None:
         report["files"] = write_files(report, out / f"bench-{safe_name(report['model'])}",
                                       run_inputs(artifacts, old_path, base_artifacts))
     comparison = report.get("baseline")
-    if comparison and comparison["regressions"]:
+    if comparison and (comparison["regressions"] or comparison.get("costlier")):
         raise RegressionError(regression.bench_message(comparison), report)
     if profile:
         nothing_profiled(report)

@@ -89,6 +89,7 @@ def sweep_lines(report: dict) -> list[str]:
 def baseline_lines(comparison: dict) -> list[str]:
     """The comparison with `bench --baseline` in words: the rule, every compared row with its verdict,
     each row that could not be compared and why (plain text: Markdown list items and terminal lines)."""
+    from vitexport.bench.holding import text as holding_text
     from vitexport.bench.regression import verdict_text
 
     kind = "artifacts measured in the same rounds" if comparison.get("kind") == "artifacts" else "a stored report"
@@ -101,6 +102,8 @@ def baseline_lines(comparison: dict) -> list[str]:
         why = f" — {c['why']}" if verdict == "inconclusive" and c.get("why") else ""
         lines.append(f"{label.get(verdict, verdict)}: " + (verdict_text(c) if c.get("ratio") is not None
                                                             else c["row"]) + why)
+    for v in comparison.get("holding", []):  # what each model costs to hold and load (vitexport.bench.holding)
+        lines.append(f"{'costlier' if v['regressed'] else 'within the margin'}: {holding_text(v)}")
     side = {"now": "", "baseline": " (baseline)"}
     lines += [f"not compared: {u['row']}{side[u['side']]}: {u['reason']}" for u in comparison["unmatched"]]
     return lines

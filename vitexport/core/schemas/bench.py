@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 
 from vitexport.core.schemas.fields import (Amount, Cosine, Count, Error, Number, Ratio, Record, Seconds, Share,
                                            Size, Spread, Ms)
+from vitexport.core.schemas.bench_baseline import Baseline
 from vitexport.core.schemas.profile import Profile
 
 SCHEMA = "vitexport.bench/1"
@@ -408,46 +409,6 @@ class MatrixSection(Record):
     devices: dict[str, dict[str, Any]] = {}
     stopped: Optional[Stopped] = None
     exit_code: Count
-
-
-class Compared(Record):
-    """One row against its baseline row, with the verdict and its interval."""
-
-    row: str
-    baseline_row: Optional[str] = None
-    verdict: Optional[str] = None
-    why: Optional[str] = None
-    regressed: Optional[bool] = None
-    ratio: Optional[Amount] = None
-    low: Optional[Amount] = None
-    high: Optional[Amount] = None
-    confidence: Optional[Share] = None
-    rounds: Optional[Count | list[Count]] = None
-    p50_ms: Ms
-    baseline_p50_ms: Ms
-    threshold: Number
-    change: Optional[Number] = None
-
-
-class Unmatched(Record):
-    row: str
-    side: Literal["now", "baseline"]
-    reason: str
-
-
-class Baseline(Record):
-    """The comparison with `bench --baseline`: the rule, every compared row, what could not be compared."""
-
-    path: str
-    kind: Optional[str] = None
-    rule: str
-    compared: list[Compared]
-    regressions: list[Compared]
-    undecided: list[Compared] = []
-    inconclusive: list[Compared] = []
-    unmatched: list[Unmatched] = []
-    max_slowdown_pct: Optional[Number] = None
-    machine_differences: Optional[dict[str, Any]] = None
 
 
 class Gain(Record):

@@ -20,8 +20,11 @@ OWN_CLASS = [name for name in ARCHS if not ARCHITECTURES[name].loads_as]
 DIRECT = [be.name for be in backends.exporters() if be.builds_from is None and be.name != "onnx"]
 # ExecuTorch's lowering takes ~10 s even for a tiny model, and what it lowers is the encoder's ops: it
 # skips the classes whose encoder another class of the same modeling family brings too, with another
-# head on top (a Linear, a pooler); a new architecture is lowered by default.
-SAME_ENCODER = {"executorch": {"CLIPVisionModel", "DeiTForImageClassification", "Dinov2Model", "ViTModel"}}
+# head on top (a Linear, a pooler); a new architecture is lowered by default. Depth Anything is DINOv2's
+# encoder under DPT's neck and head, both lowered with their own classes; YOLOS is ViT's encoder with
+# two MLP heads.
+SAME_ENCODER = {"executorch": {"CLIPVisionModel", "DeiTForImageClassification", "Dinov2Model", "ViTModel",
+                               "DepthAnythingForDepthEstimation", "YolosForObjectDetection"}}
 # The dynamo exporter where it is most fragile: BEiT without its frozen bias, SigLIP's single-query attention
 # pooling (a reshape to [1, batch, d] that must not be taken for a baked batch). The legacy one runs first by default.
 DYNAMO = [name for name in ARCHS if "beit-relative-position-bias" in ARCHITECTURES[name].freezes]

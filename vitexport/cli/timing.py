@@ -174,7 +174,6 @@ def optimize(config: ConfigOpt = None, model: ModelOpt = None, weights: WeightsO
     """Build every runtime's candidates for the target (ONNX Runtime fp32, optimised, int8, fp16 on a GPU;
     OpenVINO fp32, bf16, int8 on a CPU), time them side by side, check them in order of speed until one
     passes its accuracy gate, and publish it."""
-    from vitexport import api
     from vitexport.optimize import optimize as run
     from vitexport.report.terminal import emit_optimize
 

@@ -55,6 +55,14 @@ SEGFORMER = dict(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_s
                  strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=32,
                  image_size=IMAGE)
 YOLOS = dict(VIT, image_size=[IMAGE, IMAGE], num_detection_tokens=5)
+# DETR on transformers' own ResNet (two tiny stages, no download), one encoder and one decoder layer, 5 queries.
+DETR = dict(use_timm_backbone=False, use_pretrained_backbone=False, d_model=32, encoder_layers=1, decoder_layers=1,
+            encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, num_queries=5)
+
+
+def _detr(T):
+    backbone = T.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], out_features=["stage2"])
+    return T.DetrConfig(**DETR, backbone_config=backbone, num_labels=LABELS - 1)
 
 
 def _dpt(T):  # like Intel/dpt-large: a fixed resize, bicubic, mean/std 0.5
@@ -88,6 +96,8 @@ TINY = {
                                                    T.SegformerImageProcessor(size={"height": IMAGE, "width": IMAGE})),
     "YolosForObjectDetection": lambda T: (T.YolosConfig(**YOLOS, num_labels=LABELS - 1),
                                           T.YolosImageProcessor(size={"height": IMAGE, "width": IMAGE}, do_pad=False)),
+    "DetrForObjectDetection": lambda T: (_detr(T), T.DetrImageProcessor(size={"height": IMAGE, "width": IMAGE},
+                                                                        do_pad=False)),
 }
 
 

@@ -198,3 +198,25 @@ def test_a_grid_sample_of_an_activation_is_left_to_the_converter():
 
 def exported_dims(dynamic: bool):
     return {0: torch.export.Dim("batch", min=1, max=64)} if dynamic else None
+
+
+class MaskMade(nn.Module):
+    """DETR's pixel mask: `new_ones` of the input's kind, and attention masks combined with `&`."""
+
+    def forward(self, x):  # (b, 4, 6)
+        keep = x.new_ones((x.shape[0], 1, 6), dtype=torch.bool) & (x[:, :1] > 0)
+        either = keep | (x[:, 1:2] > 1)
+        return torch.where(either, x, x.new_zeros(())) + x.new_full((1, 6), 0.5)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_new_tensors_become_full_and_boolean_bitwise_ops_logical_ones(dynamic):
+    x = torch.randn(2, 4, 6)
+    exported = program(MaskMade(), x, dynamic)
+    again, done = rewrites.rewritten(exported, x, (exported_dims(dynamic),) if dynamic else None)
+    assert done == {"new_as_full": 3, "bool_as_logical": 2}
+    targets = {str(n.target) for n in again.graph_module.graph.nodes if n.op == "call_function"}
+    assert not {t for t in targets if "new_" in t or "and_" in t or "__or__" in t}
+    for batch in ([2, 5] if dynamic else [2]):
+        x = torch.randn(batch, 4, 6)
+        torch.testing.assert_close(again.module()(x), MaskMade()(x))

@@ -133,7 +133,8 @@ def test_preprocessing_equals_the_models_image_processor(hf_dir, arch):
 # aspect-keeping 384), at the fixed size a deployed model of theirs takes; their defaults are refused (HF_BAD).
 AT_224 = {"DPTImageProcessor": dict(size={"height": 224, "width": 224}, keep_aspect_ratio=False, ensure_multiple_of=1),
           "SegformerImageProcessor": dict(size={"height": 224, "width": 224}),
-          "YolosImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False)}
+          "YolosImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False),
+          "DetrImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False)}
 
 
 @pytest.mark.parametrize("processor", SUPPORTED)

@@ -1,6 +1,8 @@
 """Rewrites of an exported graph that let Core ML take a model it would otherwise refuse, computing
 the same values: computations on parameters alone that Core ML cannot convert are done once
-(vitexport.backends.coreml_common.constants), `alias` nodes (a no-op view that coremltools' torch.export frontend cannot convert)
+(vitexport.backends.coreml_common.constants), bicubic resizes become matrix products
+(vitexport.backends.coreml_common.bicubic), `new_ones`-like nodes become `full` and `&`/`|` of
+booleans the logical ops, `alias` nodes (a no-op view that coremltools' torch.export frontend cannot convert)
 are dropped, and tensors of rank above Core ML's limit of 5 (Hiera's unroll/reroll, its 6-d qkv
 split) are carried as rank <= 5 tensors in row-major order, each op on them written in that form.
 
@@ -35,13 +37,14 @@ def rewritten(program, example, dynamic_shapes=None):
     gm = program.graph_module
     inputs = set(program.graph_signature.user_inputs)
     if not (has_aliases(gm) or has_high_rank(gm) or _mixed_copies(gm) or constant_nodes(gm, inputs)
-            or bicubic_nodes(gm)):
+            or bicubic_nodes(gm) or _new_tensors(gm) or _bool_bitwise(gm)):
         return program, {}
     module = program.module()  # a plain graph to rewrite, then export again (shapes and guards recomputed)
     # Constants first: a resize of parameters is computed once; a resize of an activation becomes matmuls.
     done = {kind: n for kind, n in (("constant_folded", fold_constants(module, example)),
                                     ("bicubic_as_matmul", as_matmuls(module)),
                                     ("alias_removed", drop_aliases(module)), ("copy_cast", cast_copies(module)),
+                                    ("new_as_full", new_as_full(module)), ("bool_as_logical", bool_as_logical(module)),
                                     ("rank_folded", fold_high_rank(module))) if n}
     if not done:
         return program, {}
@@ -69,6 +72,64 @@ def drop_aliases(gm) -> int:
     if aliases:
         gm.recompile()
     return len(aliases)
+
+
+def _new_tensors(gm) -> list:
+    """`new_ones`/`new_zeros`/`new_full` (DETR's pixel mask): a tensor made from another's dtype alone,
+    for which coremltools' frontend has no converter; `full` it has."""
+    import torch
+
+    a = torch.ops.aten
+    return [n for n in gm.graph.nodes if n.op == "call_function"
+            and n.target in (a.new_ones.default, a.new_zeros.default, a.new_full.default)]
+
+
+def new_as_full(gm) -> int:
+    """Write each of `_new_tensors(gm)` as `aten.full` of its size, value and dtype; return how many."""
+    import torch
+
+    a = torch.ops.aten
+    nodes = _new_tensors(gm)
+    for node in nodes:
+        source, size = node.args[0], node.args[1]
+        value = node.args[2] if node.target is a.new_full.default else (1 if node.target is a.new_ones.default else 0)
+        dtype = node.kwargs.get("dtype") or _dtype(source)
+        with gm.graph.inserting_before(node):
+            full = gm.graph.call_function(a.full.default, (size, value), {"dtype": dtype})
+        full.meta.update(node.meta)
+        node.replace_all_uses_with(full)
+        gm.graph.erase_node(node)
+    if nodes:
+        gm.recompile()
+    return len(nodes)
+
+
+def _bitwise_to_logical():
+    import torch
+
+    a = torch.ops.aten
+    return {a.__and__.Tensor: a.logical_and.default, a.bitwise_and.Tensor: a.logical_and.default,
+            a.__or__.Tensor: a.logical_or.default, a.bitwise_or.Tensor: a.logical_or.default}
+
+
+def _bool_bitwise(gm) -> list:
+    """`&` and `|` of boolean tensors (transformers' attention masks), which coremltools' frontend
+    lacks; on booleans they are the logical ops it has."""
+    import torch
+
+    ops = _bitwise_to_logical()
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in ops
+            and all(_dtype(x) is torch.bool for x in n.args[:2])]
+
+
+def bool_as_logical(gm) -> int:
+    nodes = _bool_bitwise(gm)
+    ops = _bitwise_to_logical()
+    for node in nodes:
+        node.target = ops[node.target]
+    if nodes:
+        gm.recompile()
+    return len(nodes)
 
 
 def _mixed_copies(gm) -> list:

@@ -22,7 +22,7 @@ class Architecture:
     loads_as: str | None = None  # the transformers class that loads it, when not the architecture itself
     unused: tuple[str, ...] = ()  # checkpoint key prefixes that `loads_as` leaves out on purpose
     top_level: tuple[str, ...] = ()  # config keys `loads_as` must take from the top-level config
-    # attn_implementation, per sub-config where the class itself has no sdpa (Depth Anything: its DINOv2 has)
+    # attn_implementation, per sub-config where one part has no sdpa (Depth Anything's head, DETR's CNN backbone)
     attention: str | dict[str, str] = ATTENTION
     task: str = ""  # what it does (vitexport.verify.tasks.TASKS); by default a head's logits classify, features embed
 
@@ -68,4 +68,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "SegformerForSemanticSegmentation": Architecture(CLASSIFIER, "SegformerImageProcessor", task="segmentation"),
     "YolosForObjectDetection": Architecture(DETECTIONS, "YolosImageProcessor", freezes=("yolos-position-embeddings",),
                                             task="detection"),
+    # DETR: a CNN backbone (timm's or transformers' ResNet), a transformer encoder-decoder over its features
+    "DetrForObjectDetection": Architecture(DETECTIONS, "DetrImageProcessor", task="detection",
+                                           attention={"": ATTENTION, "backbone_config": "eager"}),
 }

@@ -18,11 +18,11 @@ from vitexport.core.jsonfile import read_json
 from vitexport.models.hf.files import PROCESSOR
 
 # Processors whose steps are TorchvisionBackend's own: convert, resize, centre-crop, rescale and
-# normalise (BEiT's and SegFormer's add segmentation maps, YOLOS's boxes: labels only). Another processor
+# normalise (BEiT's and SegFormer's add segmentation maps, YOLOS's and DETR's boxes: labels only). Another processor
 # may do more than `pixels` does; DPT's does more only with the settings `SIZE_RULES` refuses.
 SUPPORTED = ("ViTImageProcessor", "DeiTImageProcessor", "BeitImageProcessor", "BitImageProcessor",
              "CLIPImageProcessor", "SiglipImageProcessor", "DPTImageProcessor", "SegformerImageProcessor",
-             "YolosImageProcessor")
+             "YolosImageProcessor", "DetrImageProcessor")
 # Settings that make the resized size depend on the image (vitexport's artifacts take one size):
 # (attribute, the value vitexport reproduces, what the setting does)
 SIZE_RULES = (("keep_aspect_ratio", False, "keeps the aspect ratio"),

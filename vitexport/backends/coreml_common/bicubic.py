@@ -5,12 +5,12 @@ PyTorch's up to the order of summation. CrossViT resizes its input this way for 
 
 from __future__ import annotations
 
-from vitexport.backends.coreml_common.constants import FOLDABLE, _targets
+from vitexport.backends.coreml_common.constants import targets
 
 
 def bicubic_nodes(gm) -> list:
     """Bicubic resizes (not grid sampling) of a tensor whose spatial sizes are fixed."""
-    bicubic = tuple(t for t, name in zip(_targets(), FOLDABLE) if "bicubic" in name)
+    bicubic = targets("bicubic")
     return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in bicubic and _fixed(n)]
 
 

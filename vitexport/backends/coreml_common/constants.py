@@ -1,8 +1,9 @@
 """Computations on parameters alone, done once at export: a node of an op Core ML cannot convert whose
 inputs do not depend on the model's input (a bicubic resize of position embeddings to the fixed
-input's grid, as YOLOS, CrossViT and ViTMatte make on every forward) is a constant. It is computed
-here, in float32 on this machine, and the graph holds its value instead. A resize of an activation
-still depends on the input and is left to the converter, which names it when it cannot take it."""
+input's grid, as YOLOS and ViTMatte make on every forward) is a constant. It is computed here, in
+float32 on this machine, and the graph holds its value instead. A resize of an activation depends on
+the input: a bicubic one becomes matrix products (vitexport.backends.coreml_common.bicubic); grid
+sampling stays, and the converter names it."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ FOLDABLE = ("upsample_bicubic2d.vec", "upsample_bicubic2d.default", "_upsample_b
             "_upsample_bicubic2d_aa.default", "grid_sampler_2d.default")
 
 
-def _targets():
+def targets(kind: str = "") -> tuple:
+    """The FOLDABLE ops this torch has whose name holds `kind` ("bicubic": the resizes alone)."""
     import torch
 
     found = []
     for name in FOLDABLE:
         packet, _, overload = name.partition(".")
         op = getattr(torch.ops.aten, packet, None)
-        if op is not None and hasattr(op, overload):
+        if kind in name and op is not None and hasattr(op, overload):
             found.append(getattr(op, overload))
     return tuple(found)
 
@@ -26,12 +28,12 @@ def _targets():
 def constant_nodes(gm, inputs: set[str] | None = None) -> list:
     """The FOLDABLE nodes whose value no input (placeholders named in `inputs`, default every
     placeholder) reaches: on a lifted program, pass its user inputs, the parameters being placeholders too."""
-    targets, varying = _targets(), set()
+    found, varying = targets(), set()
     for node in gm.graph.nodes:
         if (node.op == "placeholder" and (inputs is None or node.name in inputs)) \
                 or any(arg in varying for arg in node.all_input_nodes):
             varying.add(node)
-    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in targets and n not in varying]
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target in found and n not in varying]
 
 
 def fold_constants(gm, example) -> int:

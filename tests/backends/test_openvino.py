@@ -286,7 +286,7 @@ def test_keep_fp32_takes_op_types_names_globs_and_module_paths():
     from vitexport.backends.openvino.quantize import kept_float
     from vitexport.models.sources import load
 
-    model, _ = convert(load(SourceSpec("tiny", overrides={"depth": 2})), OpenVinoOptions())
+    model, _, _ = convert(load(SourceSpec("tiny", overrides={"depth": 2})), OpenVinoOptions())
     qkv = "__module.blocks.1.attn.qkv/aten::linear/MatMul"
 
     def kept(*entries):

@@ -15,6 +15,7 @@ from task_models import TASK_MODELS
 from vitexport import api, backends
 from vitexport.verify import tasks
 from vitexport.verify.checks import judge_task
+from vitexport.core.errors import ParityError
 from vitexport.verify.parity import ParityReport, Tolerance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,11 +107,19 @@ def test_reduced_precision_is_judged_by_the_tasks_gate(tmp_path, backend, option
     if not be.availability().ok:
         pytest.skip(be.availability().reason)
     spec = api.SourceSpec(f"{ROOT / 'tests' / 'task_models.py'}:{task}")
-    result = api.export(backend, spec, be.Options(**options), tmp_path, images=IMAGES)
+    try:
+        result = api.export(backend, spec, be.Options(**options), tmp_path, images=IMAGES)
+    except ParityError as e:  # int8 kernels differ by CPU (VNNI, AVX2): what passes here may fail there
+        result = e.result
     parity = result["parity"]
-    gates = {name for name, _, _ in tasks.gates_for(task, parity["precision"])}
-    assert gates and gates <= set(parity["task_metrics"]) and "images" not in parity  # no top-1 on a depth map
-    assert result["status"] in ("verified", "not-checked-here")
+    gates = tasks.gates_for(task, parity["precision"])
+    assert gates and {g for g, _, _ in gates} <= set(parity["task_metrics"]) and "images" not in parity  # no top-1
+    for name, kind, limit in gates:  # each number against its limit, and a failure named for each miss
+        value = parity["task_metrics"][name]
+        missed = value < limit if kind == "min" else value > limit
+        named = any(f.startswith(f"{task} gate: {name.replace('_', ' ')} ") for f in parity["failures"])
+        assert missed == named, (name, value, limit, parity["failures"])
+    assert parity["passed"] == (not parity["failures"])
 
 
 def test_a_subnormal_reference_is_said_to_measure_rounding():

@@ -4,8 +4,10 @@ regression (exit 5), as a slower latency is (vitexport.bench.regression).
 
 Each side has one load measured, not rounds, so the margins are wide enough for the noise of one
 sample: the model's memory (anonymous plus mapped) is steady between loads of one file by one runtime
-(page and arena rounding: a few MB), a warm load on a shared two-core machine varies by tens of
-percent. A side without the number (not Linux, an older report) is not judged.
+(page and arena rounding: a few MB); a warm load is not: on a two-core machine running six test
+workers beside it, a 40 ms warm load took 155 ms. A load is judged slower only beyond twice the
+baseline's and a second more, which such noise does not reach and a model that now loads seconds
+slower does. A side without the number (not Linux, an older report) is not judged.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 MEMORY_MARGIN, MEMORY_FLOOR_MB = 0.10, 16.0  # bigger: beyond +10 % and +16 MB
-LOAD_MARGIN, LOAD_FLOOR_S = 0.50, 0.10  # slower to load: beyond +50 % and +0.1 s
+LOAD_MARGIN, LOAD_FLOOR_S = 1.0, 1.0  # slower to load: beyond twice the baseline's and +1 s
 
 
 def model_mb(row: dict) -> float | None:

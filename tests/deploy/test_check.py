@@ -253,6 +253,8 @@ def test_a_detection_package_is_judged_on_its_boxes(tmp_path):
     parity = json.loads(result.stdout)["parity"]
     assert parity["task"] == "detection" and parity["task_metrics"]["detection_recall"] == 1.0
     assert parity["task_metrics"]["confident_detections"] > 0
+    wrong = verify(device / "device-report.json", "--task-gate", "delta1=0.9")  # a depth number, for a detector
+    assert wrong.exit_code == 2 and "a detection model is not judged by it" in wrong.stderr
     report = json.loads((device / "device-report.json").read_text())
     for case in report["cases"]:  # every box moved by a tenth of the image: same classes, IoU < 0.9
         boxes = case["outputs"]["pred_boxes"]["data"]

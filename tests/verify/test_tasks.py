@@ -173,6 +173,7 @@ def test_a_task_gate_given_on_the_command_line_refuses_what_misses_it(tmp_path):
     assert not any(f.startswith("depth gate: delta1") for f in parity["failures"])  # 0.5: the default 0.95 replaced
     for gate, message in (("pose=1", "--task-gate pose: not a task metric with a gate"),
                           ("delta1", "--task-gate 'delta1': give METRIC=LIMIT"),
-                          ("delta1=2", "--task-gate delta1=2.0: give a number from 0 to 1")):
+                          ("delta1=2", "--task-gate delta1=2.0: give a number from 0 to 1"),
+                          ("mean_iou=0.9", "--task-gate mean_iou: a depth model is not judged by it (abs_rel, delta1)")):
         bad = CliRunner().invoke(app, [*args, "--task-gate", gate])
         assert bad.exit_code == 2 and message in bad.output, (gate, bad.output)

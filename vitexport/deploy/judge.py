@@ -58,6 +58,10 @@ def judge(report_path: str | Path, *, package: str | Path | None = None, atol: f
         raise ParityError(f"the package {folder.name} is damaged, so its golden outputs prove nothing: {problem}")
     golden = schemas.check("golden", read_json(folder / "golden" / "golden.json", "golden data"),
                            folder / "golden" / "golden.json")
+    if getattr(gate, "task_gates", None):  # limits the package's model is judged by, never dropped unsaid
+        from vitexport.verify.tasks import check_gate_overrides
+
+        check_gate_overrides(gate.task_gates, task=golden.get("task", "classification"))
     tol = _tolerance(listed, golden, atol, rtol, gate)
     got = {case["name"]: case for case in report["cases"]}
     unknown = sorted(set(got) - {c["name"] for c in golden["cases"]})

@@ -78,6 +78,7 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
             with Stage() as loading:
                 loaded = load(spec)
             loaded.exclusive = True
+        gate.check(loaded.task)
         load_s = time.perf_counter() - t0
         job = Job(be, loaded, options, out, verify=verify, atol=atol, rtol=rtol, seed=seed, images=images, name=name,
                   gate=gate, progress=reporter, force=force, owns_model=owned,
@@ -266,6 +267,7 @@ def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int 
         # The sidecar names a model other than the one exported (an edited spec): nothing to compare.
         raise UsageError(f"sidecar {sidecar.path_for(path).name} is damaged or forged: its model {spec.model} takes "
                          f"input {list(loaded.input_shape[1:])}, its artifact {list(record.input_shape[1:])}")
+    gate.check(loaded.task)
     tol = tolerance(be, record.precision, atol, rtol, gate)
     batch_limit = max_batch or record.options.get("max_batch") or 8
     try:
@@ -362,7 +364,8 @@ class Gate:
     max_accuracy_drop: float | None = None  # percentage points
     task_gates: dict[str, float] | None = None  # {metric: limit} on the task's numbers (--task-gate)
 
-    def check(self) -> None:
+    def check(self, task: str | None = None) -> None:
+        """Each limit in range; with `task` (once the model is loaded), each --task-gate one of its numbers."""
         if self.min_top1_agreement is not None:
             check_number(self.min_top1_agreement, "--min-top1-agreement", minimum=0, maximum=1)
         if self.max_accuracy_drop is not None:
@@ -370,7 +373,7 @@ class Gate:
         if self.task_gates:
             from vitexport.verify.tasks import check_gate_overrides
 
-            check_gate_overrides(self.task_gates)
+            check_gate_overrides(self.task_gates, task=task)
 
 
 def attempt(be: Backend, path: Path, record: ArtifactRecord, options: ExportOptions) -> dict[str, Any]:

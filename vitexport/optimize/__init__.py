@@ -99,6 +99,7 @@ def optimize(spec: SourceSpec, *, only: list[str] | None = None, target: str = "
     store = Cache(out / "candidates", reuse=cache)  # before any work: a file in its place is refused
     t0 = time.perf_counter()
     loaded = load(spec)  # once: every candidate is built from it, and PyTorch's outputs are computed once
+    gate.check(loaded.task)
     load_s = time.perf_counter() - t0
     stem = name or loaded.name + "-optimized"
     # Before any candidate is built: every name the picks may be published under is free or vitexport's.

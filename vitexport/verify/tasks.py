@@ -118,14 +118,19 @@ def gates_for(task: str, precision: str, overrides: dict | None = None) -> list[
     return gates + [(name, GATE_KINDS[task][name], limit) for name, limit in overrides.items()]
 
 
-def check_gate_overrides(overrides: dict[str, float], where: str = "--task-gate") -> None:
-    """Each name a metric some task is judged by, each limit a number in that metric's range."""
+def check_gate_overrides(overrides: dict[str, float], where: str = "--task-gate", task: str | None = None) -> None:
+    """Each name a metric some task is judged by (with `task`, the model's task: a limit it would never
+    meet is not silently dropped), each limit a number in that metric's range."""
     from vitexport.core.errors import UsageError
 
     kinds = {name: kind for task_kinds in GATE_KINDS.values() for name, kind in task_kinds.items()}
+    own = GATE_KINDS.get(task, {}) if task is not None else kinds
     for name, limit in overrides.items():
         if name not in kinds:
             raise UsageError(f"{where} {name}: not a task metric with a gate ({', '.join(sorted(kinds))})")
+        if name not in own:
+            raise UsageError(f"{where} {name}: a {task} model is not judged by it "
+                             f"({', '.join(own) or 'its task has no numbers of its own'})")
         share = kinds[name] == "min"  # agreements and cosines run to 1; errors (max) from 0 up
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 <= limit <= (1 if share else 1e9):
             raise UsageError(f"{where} {name}={limit!r}: give a number {'from 0 to 1' if share else 'of 0 or more'}")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from user_model import user_model
 
 TINY = ["--config", "tiny", "--set", "depth=1"]
 
@@ -92,30 +93,16 @@ def test_library_and_user_text_is_printed_as_written(tmp_path):
     assert len(error) == 1 and name in error[0]
 
 
-TRACE_FAILS = '''
-import sys
-import torch
-
-class Net(torch.nn.Module):
-    input_shape = (1, 3, 8, 8)
-
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(8, 4)
-
-    def forward(self, x):
-        if torch.jit.is_tracing():  # as a converter does: its log names the op, its exception a source line
-            for i in range(40):
-                print(f"converter: pass {i}", file=sys.stderr)
-            print("converter: No conversion rule found for operations: aten::FloatImplicit", file=sys.stderr)
-            print("converter: giving up", file=sys.stderr)
-            raise RuntimeError("Check 'false' failed at src/frontends/unconverted_ops_report.cpp:151:\\n"
-                               "FrontEnd API failed with GeneralFailure")
-        return self.fc(x).mean(-1)
-
-def make():
-    return Net()
-'''
+# As a converter does: its log names the op, its exception a source line.
+TRACE_FAILS = user_model(forward="""
+if torch.jit.is_tracing():
+    for i in range(40):
+        print(f"converter: pass {i}", file=sys.stderr)
+    print("converter: No conversion rule found for operations: aten::FloatImplicit", file=sys.stderr)
+    print("converter: giving up", file=sys.stderr)
+    raise RuntimeError("Check 'false' failed at src/frontends/unconverted_ops_report.cpp:151:\\n"
+                       "FrontEnd API failed with GeneralFailure")
+""")
 
 
 def test_a_failed_export_shows_the_held_lines_that_explain_it(tmp_path):

@@ -20,33 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from user_model import user_model
 from vitexport.cli.app import app
 
 FUZZ_EXAMPLES = int(os.environ.get("VITEXPORT_FUZZ_EXAMPLES", "0"))
 SETTINGS = settings(max_examples=FUZZ_EXAMPLES or 25, deadline=None, database=None, derandomize=not FUZZ_EXAMPLES,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
-MODEL = '''
-import os, signal, sys
-import torch
-
-class Net(torch.nn.Module):
-    input_shape = (1, 3, 8, 8)
-
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(8, 4)
-
-    def forward(self, x):
-        {forward}
-        return self.fc(x).mean(-1)
-
-{top}
-
-def make():
-    {factory}
-    return Net()
-'''
 EXCEPTIONS = ["RuntimeError", "ValueError", "KeyError", "AssertionError", "OSError", "ZeroDivisionError",
               "NotImplementedError", "Exception", "KeyboardInterrupt", "SystemExit"]
 EXIT_CODES = [None, 0, 1, 2, 3, 127, 255, "usage: make [-h] --size N"]
@@ -89,7 +69,7 @@ def test_users_code_failing_any_way_is_an_error_naming_it(tmp_path):
     @given(failures())
     def check(failure):
         place, body, cause = failure
-        source = MODEL.format(top=body if place == "top" else "", factory=body if place == "factory" else "pass",
+        source = user_model(top=body if place == "top" else "", factory=body if place == "factory" else "pass",
                               forward=body if place == "forward" else "pass")
         path = tmp_path / f"model{next(count)}.py"  # a fresh module each time
         path.write_text(source, encoding="utf-8")
@@ -129,7 +109,7 @@ CRASHES = [
 def test_a_factory_crashing_ends_with_a_documented_code_and_its_cause(tmp_path, body, code, said):
     """A crash by a signal cannot be caught: the process ends 128 + N (a shell's `$?`; -N here), and the
     report of the crash still reaches the terminal with the user's frame, though library output is held."""
-    (tmp_path / "model.py").write_text(MODEL.format(top="", factory=body, forward="pass"), encoding="utf-8")
+    (tmp_path / "model.py").write_text(user_model(top="", factory=body, forward="pass"), encoding="utf-8")
     run = vitexport(["torchscript", "--model", "model.py:make", "--out", "out", "--quiet"], tmp_path)
     assert run.returncode == code, (run.returncode, run.stderr[-3000:])
     assert all(text in run.stderr for text in said), run.stderr[-3000:]
@@ -146,7 +126,7 @@ def test_a_forward_pass_failing_only_while_traced_is_named_too(tmp_path, body, c
     """Past the first forward, the exporter traces the model: what it raises there is named, with its frame."""
     forward = f"if torch.jit.is_tracing(): {body}"
     path = tmp_path / "traced.py"
-    path.write_text(MODEL.format(top="", factory="pass", forward=forward), encoding="utf-8")
+    path.write_text(user_model(top="", factory="pass", forward=forward), encoding="utf-8")
     result = invoke(path)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.exit_code == code, (result.exit_code, result.stderr)

@@ -1,5 +1,5 @@
 """A matrix on a real two-node Ray cluster (tests/ray_cluster.py) that loses its device node, its
-head, or gets SIGTERM, and a cluster that requires a token: each ends with one line, the documented
+head, or gets SIGTERM, or whose Ray driver process crashes, and a cluster that requires a token: each ends with one line, the documented
 exit code, every cell in the report and --json, what finished kept; the next run does only the rest."""
 
 from __future__ import annotations
@@ -163,8 +163,8 @@ def test_a_token_cluster_and_a_lost_device_node_whose_cells_end_with_the_reason_
         assert (cached["exports_run"], cached["timings_run"], cached["timings"]) == (0, 1, 1)
 
 
-@pytest.mark.slow  # a two-node cluster and two runs: about 40 s on two cores
-def test_sigterm_then_a_lost_head_end_with_one_line_and_what_finished(tmp_path):
+@pytest.mark.slow  # a two-node cluster and three runs: about 50 s on two cores
+def test_sigterm_a_crashed_driver_then_a_lost_head_end_with_one_line_and_what_finished(tmp_path):
     plan, out, auth = plan_in(tmp_path), tmp_path / "out", token_in(tmp_path)
     with ray_cluster(env=auth) as cluster:
         # SIGTERM mid-run (with the right token): 143, one line saying what was cancelled.
@@ -180,12 +180,24 @@ def test_sigterm_then_a_lost_head_end_with_one_line_and_what_finished(tmp_path):
         assert sorted(statuses(merged).values()) == ["cancelled", "passed"]
         assert merged["matrix"]["stopped"]["by"] == "SIGTERM" and merged["matrix"]["exit_code"] == 143
         assert no_leftovers(out) == []
-        deadline = time.monotonic() + 30  # the cancelled timing gives its device back
-        while cluster.send("resources").get("device:edge") != 1.0:
-            assert time.monotonic() < deadline, "the cancelled timing still holds device:edge"
-            time.sleep(0.5)
+        gives_back_the_device(cluster)  # the cancelled timing
         timings = set((out / "cache").glob("timing-*.json"))
         assert len(timings) == 1
+
+        # The process that talks to Ray crashes (as Ray's C++ may crash it): the run ends as on a lost cluster.
+        run = Run(plan, out, cluster.address, env=auth)
+        run.wait_for("[1/2]")  # the cached cell; the other's timing runs now
+        os.kill(driver_of(run.proc.pid), signal.SIGSEGV)
+        code, merged, stderr = run.end()
+        assert code == 1, stderr
+        (error,) = [x for x in stderr.splitlines() if x.startswith("error:")]
+        assert error.startswith(f"error: lost the Ray cluster at {cluster.address}: the process that talks to it "
+                                "(python -m vitexport.matrix.ray_driver) killed by SIGSEGV"), error
+        assert "1 of 2 cells finished and are kept" in error and "Traceback" not in stderr
+        assert sorted(statuses(merged).values()) == ["cancelled", "passed"]
+        assert merged["matrix"]["stopped"]["by"] == "cluster" and no_leftovers(out) == []
+        assert set((out / "cache").glob("timing-*.json")) == timings
+        gives_back_the_device(cluster)
 
         # The head lost mid-run: one line naming the address, within seconds; what finished written.
         run = Run(plan, out, cluster.address, env=auth)
@@ -205,6 +217,28 @@ def test_sigterm_then_a_lost_head_end_with_one_line_and_what_finished(tmp_path):
         on_disk = json.loads((out / "matrix-plan.json").read_text())
         assert on_disk["matrix"]["cells"] == merged["matrix"]["cells"]
         assert set((out / "cache").glob("timing-*.json")) == timings and no_leftovers(out) == []
+
+
+def gives_back_the_device(cluster, within: float = 30) -> None:
+    deadline = time.monotonic() + within
+    while cluster.send("resources").get("device:edge") != 1.0:
+        assert time.monotonic() < deadline, "a timing that was stopped still holds device:edge"
+        time.sleep(0.5)
+
+
+def driver_of(pid: int) -> int:
+    """The process id of a run's Ray driver (`python -m vitexport.matrix.ray_driver`), its child."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"vitexport.matrix.ray_driver" in command:
+            return int(entry.name)
+    raise AssertionError(f"process {pid} has no Ray driver child")
 
 
 def refused(plan: Path, out: Path, address: str, env: dict) -> tuple[int, str]:

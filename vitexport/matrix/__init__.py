@@ -9,6 +9,7 @@ same pipeline as the single commands, cached by what it depends on, run on this 
     run.py      the run: cache, pool, progress, exit code
     local.py    the local pool of worker processes (worker.py)
     ray_pool.py the Ray pool (`vitexport[ray]`), imported only with --ray
+    ray_driver.py   that pool in a process of its own, so a crash inside Ray cannot take the run with it
     merged.py   the merged report
     show.py     the terminal summary
 

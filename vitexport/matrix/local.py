@@ -9,7 +9,6 @@ pending exports, so cells finish, and report, as early as they can.
 from __future__ import annotations
 
 import json
-import os
 import selectors
 import subprocess
 import sys
@@ -22,12 +21,11 @@ STOP_S = 30  # how long a worker gets to clean up after SIGTERM before it is kil
 
 class Worker:
     def __init__(self, index: int, log: Path):
-        package_root = str(Path(__file__).resolve().parents[2])  # workers run this very vitexport
-        path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-        env = {**os.environ, "PYTHONPATH": path, "VITEXPORT_MATRIX_PARENT": str(os.getpid())}
+        from vitexport.matrix.worker import child_environment
+
         self.log = open(log, "w")  # a worker's stderr as it runs: a stream, not an output written whole
         self.proc = subprocess.Popen([sys.executable, "-m", "vitexport.matrix.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, env=child_environment())
         self.index, self.job = index, None  # job: (ticket, kind) while busy
 
     def send(self, ticket: Any, kind: str, job: dict) -> None:

@@ -40,16 +40,30 @@ PROBE_TIMEOUT_S = 600  # a device node may first install the task's runtime envi
 CONNECT_TIMEOUT_S = 10  # a head that does not answer a TCP connection by then is unreachable from here
 RAY_PORT = 6379  # the head's default GCS port, when an address names none
 CANCEL_WAIT_S = 30  # how long cancelled tasks get to clean up before the cluster is stopped
-LEFT_BEHIND = False  # set when a run left its connection to a lost cluster open (see RayPool.close)
 NODE_WAIT_S = 60.0  # default --node-wait: how long timings wait for a node with their device to join
+
+
+NEEDS_RAY = "--ray needs Ray: pip install 'vitexport[ray]'"
 
 
 def require_ray():
     try:
         import ray
     except ImportError:
-        raise BackendUnavailable("--ray needs Ray: pip install 'vitexport[ray]'") from None
+        raise BackendUnavailable(NEEDS_RAY) from None
     return ray
+
+
+def check_installed() -> None:
+    """Ray is importable here (without importing it: the run's own process never does)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise BackendUnavailable(NEEDS_RAY)
 
 
 class RayPool:
@@ -58,10 +72,6 @@ class RayPool:
         ray = self.ray = require_ray()
         self.address, self.owned, self.node_wait = address, False, node_wait
         self.say = say or (lambda line: None)
-        global LEFT_BEHIND
-        if LEFT_BEHIND and ray.is_initialized():  # an earlier run's connection to a cluster that was lost
-            ray.shutdown()
-        LEFT_BEHIND = False
         if not ray.is_initialized():  # else the caller's own connection is used as it is
             # ERROR: Ray's own notices (token authentication, ...) are not the user's concern; its errors are.
             options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
@@ -101,7 +111,7 @@ class RayPool:
         self.watch = Watch(ray.nodes, head_of(ray, address), local=raylet_of(ray, self.driver_node)).start()
 
     def where(self) -> str:
-        return "a local Ray cluster" if self.address == "local" else f"the Ray cluster at {self.address}"
+        return where(self.address)
 
     def devices(self, names: tuple[str, ...], threads: int | None) -> dict[str, dict]:
         """For each device: the fingerprint of a node that carries it and the nodes that do, or why none can."""
@@ -272,15 +282,16 @@ class RayPool:
 
     def close(self) -> None:
         """End the run's use of the cluster: stop a cluster started here, leave a joined one running.
-        After a lost head the connection is left for Ray's own shutdown at exit (or the next run's):
-        disconnecting from a head that is gone waits for it, and the user should first hear why."""
-        global LEFT_BEHIND
+        After a lost head the connection is left as it is (the driver process ends without it):
+        disconnecting from a head that is gone waits for it."""
         self.watch.stop()
         self.pending = {}
-        if self.owned and self.watch.head_lost:
-            LEFT_BEHIND = True
-        elif self.owned:
+        if self.owned and not self.watch.head_lost:
             self.ray.shutdown()
+
+
+def where(address: str) -> str:
+    return "a local Ray cluster" if address == "local" else f"the Ray cluster at {address}"
 
 
 def tasks(kinds: list[str]) -> str:

@@ -315,9 +315,9 @@ def run(plan: Plan, out: str | Path = "vitexport-out/matrix", *, workers: int = 
 
     A run that ends early writes the report of what finished and raises: `ClusterLost` (its
     `result` is that report) when the Ray cluster went away, KeyboardInterrupt or `Terminated` (with
-    `result`, and `cancelled`: the work that was stopped) on a signal. After `ClusterLost` the Ray
-    connection is left to `ray.shutdown()` (Ray calls it at exit, the next run before joining), as
-    disconnecting from a head that is gone waits for it."""
+    `result`, and `cancelled`: the work that was stopped) on a signal. On Ray, the calls into Ray run
+    in a process of their own (`vitexport.matrix.ray_driver`), so a crash inside Ray is a lost
+    cluster here too."""
     from vitexport.core.options import check_number
     from vitexport.export.staging import prepare_out_dir
     from vitexport.matrix import merged
@@ -394,6 +394,7 @@ def make_pool(ray: str | None, workers: int, device: str, out: Path, node_wait: 
         from vitexport.matrix.local import LocalPool
 
         return LocalPool(workers, device, out)
-    from vitexport.matrix.ray_pool import NODE_WAIT_S, RayPool
+    from vitexport.matrix.ray_driver import RayDriver
+    from vitexport.matrix.ray_pool import NODE_WAIT_S
 
-    return RayPool(ray, device, NODE_WAIT_S if node_wait is None else node_wait, say)
+    return RayDriver(ray, device, NODE_WAIT_S if node_wait is None else node_wait, say)

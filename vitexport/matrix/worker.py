@@ -15,6 +15,16 @@ import signal
 import sys
 
 
+def child_environment() -> dict[str, str]:
+    """The environment of a process the run starts: this very vitexport first on the path, and the
+    run's process id, which `die_with_parent` checks."""
+    from pathlib import Path
+
+    package_root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, "VITEXPORT_MATRIX_PARENT": str(os.getpid())}
+
+
 def die_with_parent() -> None:
     """Ask Linux to send SIGTERM when the pool's process dies, even by SIGKILL."""
     if not sys.platform.startswith("linux"):

@@ -65,6 +65,13 @@ def _detr(T):
     return T.DetrConfig(**DETR, backbone_config=backbone, num_labels=LABELS - 1)
 
 
+def _upernet(T):  # like openmmlab/upernet-swin-*: a two-stage Swin, the pyramid pooling head over both stages
+    backbone = T.SwinConfig(image_size=IMAGE, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 2],
+                            window_size=4, out_features=["stage1", "stage2"])
+    return T.UperNetConfig(backbone_config=backbone, hidden_size=16, pool_scales=[1, 2], num_labels=LABELS,
+                           use_auxiliary_head=False)
+
+
 def _dpt(T):  # like Intel/dpt-large: a fixed resize, bicubic, mean/std 0.5
     return T.DPTImageProcessor(size={"height": IMAGE, "width": IMAGE}, keep_aspect_ratio=False, ensure_multiple_of=1)
 
@@ -94,6 +101,8 @@ TINY = {
     "DepthAnythingForDepthEstimation": lambda T: (_depth_anything(T), _dpt(T)),
     "SegformerForSemanticSegmentation": lambda T: (T.SegformerConfig(**SEGFORMER, num_labels=LABELS),
                                                    T.SegformerImageProcessor(size={"height": IMAGE, "width": IMAGE})),
+    "UperNetForSemanticSegmentation": lambda T: (_upernet(T), T.SegformerImageProcessor(
+        size={"height": IMAGE, "width": IMAGE})),
     "YolosForObjectDetection": lambda T: (T.YolosConfig(**YOLOS, num_labels=LABELS - 1),
                                           T.YolosImageProcessor(size={"height": IMAGE, "width": IMAGE}, do_pad=False)),
     "DetrForObjectDetection": lambda T: (_detr(T), T.DetrImageProcessor(size={"height": IMAGE, "width": IMAGE},

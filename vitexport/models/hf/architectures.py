@@ -66,6 +66,9 @@ ARCHITECTURES: dict[str, Architecture] = {
                                                     attention={"": "eager", "backbone_config": ATTENTION},
                                                     task="depth"),
     "SegformerForSemanticSegmentation": Architecture(CLASSIFIER, "SegformerImageProcessor", task="segmentation"),
+    # UperNet: a pyramid-pooling head over a backbone's stages (Swin, ConvNeXt), its logits at the input size
+    "UperNetForSemanticSegmentation": Architecture(CLASSIFIER, "SegformerImageProcessor", task="segmentation",
+                                                   attention={"": "eager", "backbone_config": ATTENTION}),
     "YolosForObjectDetection": Architecture(DETECTIONS, "YolosImageProcessor", freezes=("yolos-position-embeddings",),
                                             task="detection"),
     # DETR: a CNN backbone (timm's or transformers' ResNet), a transformer encoder-decoder over its features

@@ -66,7 +66,8 @@ def _detr(T):
 
 
 def _upernet(T):  # like openmmlab/upernet-swin-*: a two-stage Swin, the pyramid pooling head over both stages
-    backbone = T.SwinConfig(image_size=IMAGE, patch_size=4, embed_dim=8, depths=[1, 1], num_heads=[1, 2],
+    # (16 channels, not 8: OpenVINO's CPU plugin crashes on an 8-channel Swin when oneDNN is held to AVX2)
+    backbone = T.SwinConfig(image_size=IMAGE, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2],
                             window_size=4, out_features=["stage1", "stage2"])
     return T.UperNetConfig(backbone_config=backbone, hidden_size=16, pool_scales=[1, 2], num_labels=LABELS,
                            use_auxiliary_head=False)

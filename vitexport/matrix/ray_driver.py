@@ -45,7 +45,7 @@ class RayDriver:
                  repr(float(node_wait))], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                 env=child_environment())
         self.conn = Connection(ours.detach())
-        self.tickets: dict[int, Any] = {}  # the work out, by the number the child knows it by
+        self.tickets: dict[int, tuple[Any, str]] = {}  # the work out (ticket, kind), by the number the child knows
         self.owed = 0  # answers still to come to calls that a signal interrupted
         try:
             self.call("start")  # joins (or starts) the cluster: refusals come back as our errors
@@ -64,27 +64,31 @@ class RayDriver:
     def submit(self, ticket: Any, kind: str, job: dict, device: str | None = None) -> None:
         number = id(ticket)
         self.call("submit", number, kind, job, device)
-        self.tickets[number] = ticket
+        self.tickets[number] = (ticket, kind)
 
     def collect(self, timeout: float) -> list[tuple[Any, dict]]:
         if not self.tickets:
             return []
-        return [(self.tickets.pop(number), result) for number, result in self.call("collect", timeout)]
+        return [(self.tickets.pop(number)[0], result) for number, result in self.call("collect", timeout)]
 
     @property
     def busy(self) -> bool:
         return bool(self.tickets)
 
     def cancel(self, lost: bool = False) -> str | None:
-        if not self.alive():
-            out, self.tickets = len(self.tickets), {}
-            return f"its {out} Ray task{'s' if out != 1 else ''} ended with it" if out else None
-        try:
-            said = self.call("cancel", lost)
-        except ClusterLost:  # it died just now
-            said = None
-        self.tickets = {}
-        return said
+        """Cancel the work out and say which: what this run has not had an answer for (an answer a
+        signal cut off counts as out, as its cell ends `cancelled`); None when nothing was."""
+        from vitexport.matrix.ray_pool import tasks
+
+        kinds, self.tickets = [kind for _, kind in self.tickets.values()], {}
+        if self.alive():
+            try:
+                self.call("cancel", lost)
+            except ClusterLost:  # it died just now: Ray ends a dead driver's tasks
+                pass
+            else:
+                return f"cancelled {tasks(kinds)} on {self.where()}" if kinds else None
+        return f"its {tasks(kinds)} ended with it" if kinds else None
 
     def close(self, asked: bool = True) -> None:
         """Let the child leave the cluster (stopping one it started) and end; kill it if it hangs.
@@ -111,27 +115,25 @@ class RayDriver:
             while self.owed:  # the answer to a call a signal interrupted comes first: the run is ending
                 try:
                     self._answer()
-                    self.owed -= 1
                 except (VitexportError, RuntimeError):
                     pass
             self.conn.send((method, args))
             self.owed += 1
-            value = self._answer()
-            self.owed -= 1
-            return value
+            return self._answer()
         except (EOFError, OSError):
             raise ClusterLost(f"lost {self.where()}: {self.died()}") from None
 
     def _answer(self) -> Any:
+        """The answer to the oldest call still owed one (after the lines said meanwhile)."""
         while True:
             message = self.conn.recv()
             if message[0] == "say":
                 self.say(message[1])
-            elif message[0] == "ok":
+                continue
+            self.owed -= 1
+            if message[0] == "ok":
                 return message[1]
-            else:
-                self.owed -= 1
-                raise rebuilt(*message[1:])
+            raise rebuilt(*message[1:])
 
     def died(self) -> str:
         """How the child ended, in words."""

@@ -1,4 +1,5 @@
-"""Cells on a Ray cluster (`pip install 'vitexport[ray]'`; imported only with --ray).
+"""Cells on a Ray cluster (`pip install 'vitexport[ray]'`; imported only with --ray). The pool lives in
+the run's Ray driver process (`vitexport.matrix.ray_driver`), the only one that imports Ray.
 
 - Exports run as Ray tasks on any node (one CPU each), except those that read files of this machine
   (weights, an `hf:` folder, a model file, images, calibration images): they run on this machine's
@@ -70,37 +71,9 @@ class RayPool:
     def __init__(self, address: str, device: str, node_wait: float = NODE_WAIT_S,
                  say: Callable[[str], None] | None = None):
         ray = self.ray = require_ray()
-        self.address, self.owned, self.node_wait = address, False, node_wait
+        self.address, self.node_wait = address, node_wait
         self.say = say or (lambda line: None)
-        if not ray.is_initialized():  # else the caller's own connection is used as it is
-            # ERROR: Ray's own notices (token authentication, ...) are not the user's concern; its errors are.
-            options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
-            if address not in ("local", "auto"):
-                check_reachable(address)
-                join_checks(address)
-            from ray.exceptions import AuthenticationError
-
-            handlers = {sig: signal.getsignal(sig) for sig in caught_signals()}
-            try:
-                if address == "local":
-                    ray.init(address="local", resources={f"device:{device}": 1}, **options)
-                else:  # the nodes run this machine's vitexport: shipped with the job
-                    ray.init(address=address, runtime_env={"py_modules": [package_folder()],
-                                                           "excludes": ["__pycache__", "*.pyc"]}, **options)
-            except AuthenticationError:  # the head refused the token after the check above let it by
-                from vitexport.matrix.ray_auth import refused
-
-                ray.shutdown()
-                raise BackendUnavailable(refused(address)) from None
-            except (ConnectionError, ValueError, RuntimeError) as e:
-                ray.shutdown()
-                raise BackendUnavailable(f"cannot reach the Ray cluster at {address}: {describe(e)}") from None
-            except BaseException:  # interrupted while the cluster started: stop what did start
-                ray.shutdown()
-                raise
-            finally:
-                restore(handlers)  # ray.init's SIGTERM handler exits 1 (or 15): the contract's 143 is ours to give
-            self.owned = True
+        connect(ray, address, device)
         self.driver_node = ray.get_runtime_context().get_node_id()
         self.pending: dict[Any, tuple[Any, str, dict]] = {}
         self.packed: dict[str, Any] = {}  # artifact path here -> ObjectRef of its packed bytes
@@ -286,8 +259,40 @@ class RayPool:
         disconnecting from a head that is gone waits for it."""
         self.watch.stop()
         self.pending = {}
-        if self.owned and not self.watch.head_lost:
+        if not self.watch.head_lost:
             self.ray.shutdown()
+
+
+def connect(ray, address: str, device: str) -> None:
+    """Join the cluster at `address` (or start one here for "local", its node carrying `device`);
+    refusals as our errors, the process's signal handlers as they were."""
+    # ERROR: Ray's own notices (token authentication, ...) are not the user's concern; its errors are.
+    options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
+    if address not in ("local", "auto"):
+        check_reachable(address)
+        join_checks(address)
+    from ray.exceptions import AuthenticationError
+
+    handlers = {sig: signal.getsignal(sig) for sig in caught_signals()}
+    try:
+        if address == "local":
+            ray.init(address="local", resources={f"device:{device}": 1}, **options)
+        else:  # the nodes run this machine's vitexport: shipped with the job
+            ray.init(address=address, runtime_env={"py_modules": [package_folder()],
+                                                   "excludes": ["__pycache__", "*.pyc"]}, **options)
+    except AuthenticationError:  # the head refused the token after the check above let it by
+        from vitexport.matrix.ray_auth import refused
+
+        ray.shutdown()
+        raise BackendUnavailable(refused(address)) from None
+    except (ConnectionError, ValueError, RuntimeError) as e:
+        ray.shutdown()
+        raise BackendUnavailable(f"cannot reach the Ray cluster at {address}: {describe(e)}") from None
+    except BaseException:  # interrupted while the cluster started: stop what did start
+        ray.shutdown()
+        raise
+    finally:
+        restore(handlers)  # ray.init's SIGTERM handler exits 1 (or 15): the contract's 143 is ours to give
 
 
 def where(address: str) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitexport.backends.base import ExportOptions
-from vitexport.backends.onnx_common.exporters import AUTO_ORDER, EXPORTERS, OPSET_RANGE  # noqa: F401 (the options' vocabulary)
+from vitexport.backends.onnx_common.exporters import AUTO_ORDER, EXPORTERS, OPSET_RANGE, auto_order
 from vitexport.core.errors import UsageError
 from vitexport.core.options import option
 
@@ -20,7 +20,8 @@ OPTIMIZERS = ("none", "slim", "ort", "auto")
 class OnnxOptions(ExportOptions):
     opset: int = option(17, "ONNX opset (legacy exporter 13-20, dynamo 17-23).", minimum=1)
     exporter: str = option("auto", "ONNX exporter: legacy (TorchScript-based), dynamo (torch.export), or auto: legacy, then "
-                                   "dynamo if it fails.", choices=EXPORTERS)
+                                   "dynamo if it fails (dynamo first for models of 1 GB of weights and more).",
+                           choices=EXPORTERS)
     precision: str = option("fp32", "What the artifact computes in: fp32, fp16 (LayerNorm and Softmax kept in fp32) "
                                     "or int8 (ONNX Runtime quantization).", choices=PRECISIONS)
     quant: str = option("dynamic", "int8 scheme: dynamic (activations quantised at run time, no calibration) or "
@@ -40,9 +41,10 @@ class OnnxOptions(ExportOptions):
                                       "exported one unless the optimised one is faster. optimize's candidates "
                                       "skip this: its benchmark times both side by side.", cli=False)
 
-    def exporters(self) -> tuple[str, ...]:
-        """The exporters to try, in order, that can write the requested opset."""
-        candidates = AUTO_ORDER if self.exporter == "auto" else (self.exporter,)
+    def exporters(self, weight_bytes: int = 0) -> tuple[str, ...]:
+        """The exporters to try, in order, that can write the requested opset, for a model of
+        `weight_bytes` fp32 weights (auto's order depends on it)."""
+        candidates = auto_order(weight_bytes) if self.exporter == "auto" else (self.exporter,)
         return tuple(e for e in candidates if OPSET_RANGE[e][0] <= self.opset <= OPSET_RANGE[e][1])
 
     def check(self) -> None:

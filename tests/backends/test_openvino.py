@@ -2,6 +2,7 @@
 calibration and float keep-list, integrity of both files, bench rows per device, doctor's devices,
 the divergence named per block, the accuracy search, and optimize's candidates."""
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -300,6 +301,36 @@ def test_keep_fp32_takes_op_types_names_globs_and_module_paths():
     assert kept("blocks.1") == kept("__module.blocks.1/*", "__module.blocks.1.*")
     by_type = kept("Gelu")
     assert len(by_type) == 2 and all("aten::gelu" in n for n in by_type)
+
+
+def mapped_resident(path: Path) -> int:
+    """Bytes of `path` resident in this process's mappings of it (/proc/self/smaps)."""
+    lines, total = Path("/proc/self/smaps").read_text().splitlines(), 0
+    for i, line in enumerate(lines):
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].strip() == str(path.resolve()):
+            total += int(next(e for e in lines[i + 1:] if e.startswith("Rss:")).split()[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux /proc only")
+def test_the_checks_runtime_holds_its_own_copy_of_the_weights_not_the_mapped_file_too(fp32_ir):
+    # The CPU plugin repacks the IR's weights and keeps the .bin mapped: a check counted them twice.
+    from vitexport.core.mapped import released_while_loading
+    from vitexport.verify.feeds import random_pixels
+
+    xml = Path(fp32_ir["artifact"])
+    record, be, bin_file = sidecar.read(xml), backends.get("openvino"), xml.with_suffix(".bin")
+    x = random_pixels((2, 3, 224, 224), 0)
+    with be.load(xml, record) as plain:
+        assert mapped_resident(bin_file) >= bin_file.stat().st_size * 0.5
+        expected = plain.run({plain.inputs[0]: x})
+    with contextlib.ExitStack() as held:
+        with released_while_loading(xml.parent):
+            runner = held.enter_context(be.load(xml, record))
+        assert mapped_resident(bin_file) <= bin_file.stat().st_size * 0.1
+        got = runner.run({runner.inputs[0]: x})
+    assert all(np.array_equal(got[k], expected[k]) for k in expected)
 
 
 def test_a_model_the_torchscript_frontend_cannot_take_converts_from_its_program(tmp_path):

@@ -4,9 +4,11 @@ failure, where the divergence starts."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vitexport.core.mapped import released_while_loading
 from vitexport.core.progress import ProgressLike, as_progress
 from vitexport.verify.parity import DECISIVE_MARGIN, Finding, ImageCheck, ParityReport, Tolerance, compare
 from vitexport.verify.prehead import judge_pre_head
@@ -42,7 +44,9 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
     if release:
         loaded.release()
     candidate = be.load(path, record) if run is None else be.load(path, record, run)  # None: the backend's default
-    with candidate as runner:
+    with contextlib.ExitStack() as held:
+        with released_while_loading(path.parent):  # a runtime's copy of mapped weights is the one kept
+            runner = held.enter_context(candidate)
         for i, (feed, ref) in enumerate(zip(feeds, refs)):
             progress.note(f"{feed.name} ({i + 1}/{len(feeds)})")
             cand = runner.run({in_name: feed.x})

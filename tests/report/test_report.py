@@ -186,13 +186,14 @@ def test_gpu_rows_are_not_shown_against_the_cpu_rate():
 # The column list drives every output; these pin what each output's columns are and that they agree.
 
 FULL_MARKDOWN = ["device", "backend", "provider", "runtime", "precision", "batch", "p50 ms", "p90 ms", "p99 ms", "spread",
-                 "mean ± std ms", "images/s", "load s", "first ms", "cold load s", "warm load s", "model MB (own)",
-                 "model MB (mapped)", "artifact MB", "peak RSS MB", "peak GPU MB", "CV",
+                 "mean ± std ms", "images/s", "load s", "first ms", "cold load s", "warm load s", "compile s",
+                 "model MB (own)", "model MB (mapped)", "artifact MB", "peak RSS MB", "peak GPU MB", "CV",
                  "of GEMM", "vs baseline", "knee", "verified on device", "conditions"]
 FULL_TERMINAL = ["device", "backend", "prec", "batch", "p50", "p90", "p99", "spread", "mean±sd", "img/s", "load", "1st",
                  "file", "RSS", "GPU", "CV", "roof", "vs base", "knee", "check"]
 DEVICE_COLUMNS = ("runtime", "spread", "verified on device", "conditions", "check")
-LOAD_COLUMNS = ("cold load s", "warm load s", "model MB (own)", "model MB (mapped)")  # rows measured since they exist
+# Rows measured since they exist.
+LOAD_COLUMNS = ("cold load s", "warm load s", "compile s", "model MB (own)", "model MB (mapped)")
 
 
 def full_report():
@@ -203,7 +204,7 @@ def full_report():
                                sweep=True, knee=True),
                         result("torch-cuda", 1, 3.0, provider="torch-cuda", peak_gpu_mb=900.0, roofline_fraction=0.3,
                                roofline_basis="cuda", device_label="Xeon A", load_cold_s=2.5, load_warm_s=0.5,
-                               model_anon_mb=350.0, model_file_mb=12.0),
+                               compile_s=0.25, model_anon_mb=350.0, model_file_mb=12.0),
                         {**result("coreml", 8, 0, False, reason="Core ML runs only on macOS"),
                          "device_label": "Xeon A"},
                         result("onnxruntime", 1, 2.0, device_label="Jetson Orin NX, 15 W", round_spread=0.012,
@@ -217,7 +218,7 @@ def test_csv_header_is_fixed(tmp_path):
     assert CSV_FIELDS == (
         "device", "model", "backend", "provider", "precision", "batch_size", "status", "p50_ms", "p90_ms", "p99_ms",
         "mean_ms", "std_ms", "min_ms", "max_ms", "throughput_ips", "cv", "unstable", "iterations", "rounds",
-        "round_spread", "load_s", "first_inference_ms", "load_cold_s", "load_warm_s", "model_anon_mb", "model_file_mb",
+        "round_spread", "load_s", "first_inference_ms", "load_cold_s", "load_warm_s", "compile_s", "model_anon_mb", "model_file_mb",
         "artifact_mb", "peak_rss_mb", "peak_gpu_mb",
         "roofline_fraction", "roofline_basis", "p50_change_vs_baseline", "change_low_vs_baseline",
         "change_high_vs_baseline", "verdict_vs_baseline", "knee", "verified_on_device")
@@ -252,6 +253,7 @@ def test_every_column_reaches_its_outputs_consistently():
     assert body[1][FULL_MARKDOWN.index("of GEMM")] == "30%" and records[1]["roofline_fraction"] == 0.3
     assert body[1][FULL_MARKDOWN.index("peak GPU MB")] == "900.0" and records[1]["peak_gpu_mb"] == 900.0
     assert body[1][FULL_MARKDOWN.index("cold load s")] == "2.50" and records[1]["load_cold_s"] == 2.5
+    assert body[1][FULL_MARKDOWN.index("compile s")] == "0.25" and records[1]["compile_s"] == 0.25
     assert body[1][FULL_MARKDOWN.index("model MB (mapped)")] == "12.0" and records[1]["model_file_mb"] == 12.0
     assert body[0][FULL_MARKDOWN.index("vs baseline")] == "+25% > 10%" and records[0]["p50_change_vs_baseline"] == 0.25
     assert body[1][FULL_MARKDOWN.index("vs baseline")] == "" and records[1]["p50_change_vs_baseline"] is None

@@ -239,6 +239,9 @@ class Runner(ABC):
     owns them exactly for its block. `run` blocks and returns host arrays."""
 
     provider: str = ""  # what actually ran: "CPUExecutionProvider", "torch-cpu", "mil-evaluator", ...
+    # Seconds of `open` the runtime spent preparing the model to run (graph optimisation, kernel choice,
+    # weight packing) apart from reading it, where the runtime separates the two; None where it does not.
+    compile_s: float | None = None
 
     def __enter__(self) -> "Runner":
         self.open()

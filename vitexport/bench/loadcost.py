@@ -9,6 +9,10 @@ memory (weights mapped from the artifact: pages the kernel can drop and read aga
 is measured while the cold one is still held, so that it cannot reuse the cold one's freed memory
 unseen: a runtime that shares weights between two loads of one file would show less than its model.
 
+Compile time is the part of the warm load the runtime itself reports as preparing the model to run
+(OpenVINO's compile_model, ONNX Runtime's session initialisation, ExecuTorch's method load, where
+XNNPACK packs its weights): taken from the warm load, whose reading comes from the page cache.
+
 Linux's /proc gives the split; elsewhere the memory figures are None and the times are still taken.
 """
 
@@ -56,7 +60,8 @@ def load_costs(load: Callable[[], Any], close: Callable[[Any], None], files: lis
     """Load twice: cold (the files dropped from the cache), then warm while the cold one is still held,
     so the warm load's memory cannot be the cold one's, freed and reused unseen; keep the warm runner.
     Returns it and the costs: `load_cold_s`, `load_warm_s`, `cold_dropped` (whether the cache could be
-    dropped), `model_anon_mb` and `model_file_mb` (what the warm load added to the process). The
+    dropped), `compile_s` (the part of the warm load the runtime says it spent compiling, `Runner.compile_s`),
+    `model_anon_mb` and `model_file_mb` (what the warm load added to the process). The
     process briefly holds the model twice."""
     from vitexport.core.peakmem import resident, trim_heap
 
@@ -76,7 +81,8 @@ def load_costs(load: Callable[[], Any], close: Callable[[Any], None], files: lis
     gc.collect()
     trim_heap()  # the cold copy's memory goes back to the system, not to the timing loop's peak
     costs: dict[str, Any] = {"load_cold_s": cold, "load_warm_s": warm, "cold_dropped": dropped,
-                             "model_anon_mb": None, "model_file_mb": None}
+                             "compile_s": getattr(runner, "compile_s", None), "model_anon_mb": None,
+                             "model_file_mb": None}
     if empty is not None and held is not None:
         costs["model_anon_mb"] = round(max(0, held.anon - empty.anon) / MB, 1)
         costs["model_file_mb"] = round(max(0, held.file - empty.file) / MB, 1)

@@ -25,7 +25,7 @@ AUTO = "auto"
 # interval; retiring only ever says "slower".)
 RETIRE_PAIRS = 6
 # What a worker's open measures of a model's load (vitexport.bench.loadcost), copied into its rows.
-LOAD_COSTS = ("load_cold_s", "load_warm_s", "cold_dropped", "model_anon_mb", "model_file_mb")
+LOAD_COSTS = ("load_cold_s", "load_warm_s", "cold_dropped", "compile_s", "model_anon_mb", "model_file_mb")
 # Rounds of the screening (`retire_screen`): a row beyond the screen's ratio in each of them, paired by
 # round, cannot win; two, so one round that caught the fastest row in a fast phase decides nothing.
 SCREEN_ROUNDS = 2

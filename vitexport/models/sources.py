@@ -58,7 +58,9 @@ class SourceSpec:
         return cls(**d)
 
 
-MEMO_FILE_BYTES = 2_000_000_000  # larger files are not kept in memory between exports
+# Larger files are not kept in memory between exports: beside the model, a kept graph is a second
+# copy of its weights (docs/backends/memory.md), worth its memory for the time it saves below this.
+MEMO_FILE_BYTES = 1_000_000_000
 
 
 @dataclass
@@ -94,7 +96,7 @@ class LoadedModel:
         are kept in the memo under `key`, so the next export of this model with the same settings
         writes the same bytes again instead of building them again (optimize's candidates start from
         one graph; its pick is exported again under the final name). A file with companions beside
-        it (external data) or of 2 GB or more is not kept. Returns the facts (a copy once kept)."""
+        it (external data) or of 1 GB or more is not kept. Returns the facts (a copy once kept)."""
         if key in self.memo:
             data, facts = self.memo[key]
             writer.fill(path, data)

@@ -261,6 +261,8 @@ COLUMNS: tuple[Column, ...] = (
            shown=_show_load_costs),
     Column(key="load_warm", csv="load_warm_s", markdown="warm load s", value=_field("load_warm_s"), fmt=_f2,
            shown=_show_load_costs),
+    Column(key="compile", csv="compile_s", markdown="compile s", value=_field("compile_s"), fmt=_f2,
+           shown=_show_load_costs),
     Column(key="model_anon", csv="model_anon_mb", markdown="model MB (own)", value=_field("model_anon_mb"), fmt=_f,
            shown=_show_load_costs),
     Column(key="model_file", csv="model_file_mb", markdown="model MB (mapped)", value=_field("model_file_mb"),

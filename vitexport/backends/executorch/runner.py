@@ -4,6 +4,7 @@ off Apple devices, the Core ML program it embeds, through vitexport's ML-program
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,8 +45,10 @@ class ExecuTorchRunner(Runner):
         try:
             # From a path (memory-mapped); the Program must outlive its methods.
             self.program = runtime.load_program(str(self.path))
+            started = time.perf_counter()
             with silenced_stderr():  # the first XNNPACK load prints CPU-probe lines
-                self.method = self.program.load_method("forward")
+                self.method = self.program.load_method("forward")  # delegates initialise: XNNPACK packs weights
+            self.compile_s = time.perf_counter() - started
         except RuntimeError as e:
             raise RuntimeFailure(f"ExecuTorch cannot load {self.path.name}: {explain(e, self.path)}") from None
 

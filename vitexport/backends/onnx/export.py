@@ -10,11 +10,14 @@ from pathlib import Path
 from vitexport.backends.base import output_names
 from vitexport.backends.onnx.external import external_bytes, relocate
 from vitexport.backends.onnx.options import OnnxOptions
+from vitexport.backends.onnx_common.exporters import BIG_MODEL_BYTES
 from vitexport.core.environment import quiet_loggers, sha256_array
 from vitexport.core.errors import ExportError, explained
 
-# Protobuf cannot serialise a message over 2 GiB: above this, weights go to an external file.
-EXTERNAL_DATA_THRESHOLD = 2_000_000_000
+# Weights go to an external file (NAME.onnx.data, streamed there) from 1 GB: inline, they would be in
+# memory twice while the graph is written, and again while ONNX Runtime parses it (ViT-L: 4.7x its
+# weights in all). Protobuf cannot serialise a message over 2 GB anyway.
+EXTERNAL_DATA_THRESHOLD = BIG_MODEL_BYTES
 
 
 def export_onnx(loaded, options: OnnxOptions, out_path: Path, calibration=None) -> dict:
@@ -47,7 +50,7 @@ def export_onnx(loaded, options: OnnxOptions, out_path: Path, calibration=None) 
         data_name = out_path.name + ".data"
         inline = sum(len(t.raw_data) for t in model.graph.initializer)
         external = inline + external_bytes(model, final.parent) > EXTERNAL_DATA_THRESHOLD
-        if external and not inline > EXTERNAL_DATA_THRESHOLD:
+        if external and not inline > EXTERNAL_DATA_THRESHOLD:  # the weights already in files: stream them
             # Streamed from the exporter's file into the published one: the weights never in memory here.
             relocate(model, final.parent, out_path.with_name(data_name))
             out_path.write_bytes(model.SerializeToString())

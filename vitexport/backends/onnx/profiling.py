@@ -44,3 +44,21 @@ def node_times(events: list[dict], skip: int, runs: int) -> list[OpTime]:
     kept = ((e["name"][:-len(KERNEL)], (e.get("args") or {}).get("op_name") or "unknown", e["dur"] / 1000.0)
             for e in events if e.get("cat") == "Node" and e.get("name", "").endswith(KERNEL) and e["ts"] >= after)
     return per_run(kept, runs)
+
+
+def profiled_load(create: Any, session_options: Any) -> tuple[Any, float | None]:
+    """A session created by `create(session_options)` with the profiler on for its creation alone, and
+    the seconds ONNX Runtime spent initialising it (graph optimisation, kernels, weight packing):
+    its trace's `session_initialization` event. None when the trace holds none."""
+    with tempfile.TemporaryDirectory(prefix="vitexport-ort-load-") as folder:
+        session_options.enable_profiling = True
+        session_options.profile_file_prefix = str(Path(folder) / "load")
+        session = create(session_options)
+        trace = Path(session.end_profiling())  # off again: the runs that follow are not traced
+        try:
+            events = json.loads(trace.read_text())
+        except (OSError, ValueError):
+            return session, None
+    seconds = [e["dur"] / 1e6 for e in events if e.get("cat") == "Session" and e.get("name") == "session_initialization"]
+    return session, (seconds[0] if seconds else None)
+

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vitexport.backends.base import Profiled, Runner
+from vitexport.backends.onnx.profiling import profiled_load
 from vitexport.backends.onnx.providers import check_ran, ort_providers
 from vitexport.core.errors import BackendUnavailable, RuntimeFailure, explained
 
@@ -28,7 +29,8 @@ class OnnxRuntimeRunner(Runner):
             raise BackendUnavailable("onnxruntime is not installed: pip install onnxruntime") from None
         chosen = ort_providers(self.requested, self.allow_fallback)
         try:
-            self.session = ort.InferenceSession(str(self.path), self.session_options(), providers=chosen)
+            self.session, self.compile_s = profiled_load(
+                lambda options: ort.InferenceSession(str(self.path), options, providers=chosen), self.session_options())
         except Exception as e:
             raise RuntimeFailure(f"ONNX Runtime cannot load {self.path}: {explained(e)}") from None
         # A provider this build has can still fail to start (no GPU, a missing libcudnn): report what

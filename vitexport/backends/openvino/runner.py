@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,7 +51,9 @@ class OpenVinoRunner(Runner):
         try:
             model = core.read_model(str(self.path))
             config = devices.compile_config(record.precision, device, self.threads, pinned)
+            started = time.perf_counter()
             compiled = core.compile_model(model, device, config)
+            self.compile_s = time.perf_counter() - started
         except Exception as e:
             raise RuntimeFailure(f"OpenVINO cannot load {self.path.name} on {device}: {explained(e)}") \
                 from None

@@ -98,6 +98,7 @@ class Row(Record):
     load_cold_s: Optional[Seconds] = None  # the artifact's pages dropped from the page cache first
     load_warm_s: Optional[Seconds] = None
     cold_dropped: Optional[bool] = None  # whether the page cache could be dropped before the cold load
+    compile_s: Optional[Seconds] = None  # of the warm load, what the runtime spent compiling (None: not separated)
     model_anon_mb: Optional[Amount] = None  # what the warm load added: the runtime's own memory
     model_file_mb: Optional[Amount] = None  # ... and weights mapped from the artifact
     first_inference_ms: Optional[Spread] = None

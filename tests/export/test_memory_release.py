@@ -57,6 +57,42 @@ def test_an_owned_model_is_gone_before_the_runtime_loads(out_dir, watched):
     assert len(made) == 1 and made[0][1]() is None  # never rebuilt: nothing asked for it again
 
 
+# Every backend, and the other ONNX exporter: libraries keep graphs in module-level caches (onnxscript's
+# rewrite rules, ExecuTorch's node comparisons), and with them the weights of a model let go.
+RELEASE_CASES = [(be.name, {}) for be in backends.exporters()] + [("onnx", {"exporter": "dynamo"})]
+
+
+@pytest.mark.parametrize("backend,options", RELEASE_CASES, ids=lambda v: v if isinstance(v, str) else
+                         "-".join(f"{k}={w}" for k, w in v.items()) or "default")
+def test_no_weight_of_a_released_model_is_held_when_the_runtime_loads(backend, options, out_dir, monkeypatch):
+    from vitexport.models import holding
+
+    be = backends.get(backend)
+    if not be.availability().ok:
+        pytest.skip(be.availability().reason)
+    weights, alive = [], []
+    release = holding.release
+
+    def releasing(loaded):
+        if loaded._model is not None:  # the weights as the export left them (ONNX lays some out anew)
+            weights.extend(weakref.ref(p) for p in loaded._model.parameters())
+        release(loaded)
+
+    runtime = type(be).load
+
+    def spied(self, *args, **kwargs):
+        gc.collect()
+        alive.append(sum(w() is not None for w in weights))
+        return runtime(self, *args, **kwargs)
+
+    monkeypatch.setattr(holding, "release", releasing)
+    monkeypatch.setattr(type(be), "load", spied)
+    result = pipeline.export(backend, SPEC, be.Options(**options), out_dir)
+    if not alive:
+        pytest.skip(f"{backend}'s artifact is not checked here")
+    assert weights and alive[0] == 0, f"{alive[0]} of {len(weights)} weights still held"
+
+
 def test_a_callers_model_stays(out_dir, watched):
     made, at_load = watched
     loaded = sources.load(SPEC)

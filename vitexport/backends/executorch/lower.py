@@ -25,7 +25,22 @@ def export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:
     kept in the loaded model's memo: lowering ViT-B takes minutes, and optimize exports its pick again
     under the final name (the program holds no file name, so the same bytes serve)."""
     key = ("executorch-pte", repr(sorted(options.to_dict().items())))
-    return loaded.remembered(key, out_path, lambda: _export_pte(loaded, options, out_path))
+    try:
+        return loaded.remembered(key, out_path, lambda: _export_pte(loaded, options, out_path))
+    finally:
+        _forget_lowered_graphs()
+
+
+def _forget_lowered_graphs() -> None:
+    """ExecuTorch's backend utilities memoize node comparisons (`is_same_node`) in an unbounded cache
+    whose keys hold the lowered graphs, and through them the model's weights, for the life of the
+    process: the check's runtime would load beside a second copy (ViT-L: 1.2 GB). Emptied once the
+    program is written."""
+    from executorch.exir.backend import utils
+
+    clear = getattr(getattr(utils, "is_same_node", None), "cache_clear", None)
+    if clear is not None:
+        clear()
 
 
 def _export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:

@@ -44,6 +44,7 @@ def test_a_copied_linux_package_proves_itself_and_verify_accepts_its_report(onnx
     table = verify(tmp_path / "report.json", "--package", str(onnx_package))
     assert "onnx on" in table.stdout and "random-1" in table.stdout and "PASSED" in table.stdout
     assert "on-device p50 latency" in table.stdout
+    assert "on-device load: " in table.stdout and " cold; first inference " in table.stdout
 
 
 def test_vitexport_cannot_be_imported_where_the_check_runs(tmp_path):

@@ -123,3 +123,35 @@ def test_a_jetsons_power_mode_clocks_and_thermal_zones_are_read_from_sysfs(onnx_
     # What the check writes is what the device report's schema reads.
     conditions = DeviceConditions.model_validate({"rounds": 0, "platform": "jetson", "jetson": readings})
     assert conditions.jetson.thermal_c == {"cpu-thermal": 47.125, "gpu-thermal": 45.5}
+
+
+def test_the_check_loads_cold_and_says_what_the_load_cost(onnx_package, tmp_path):
+    device = copy_to_device(onnx_package, tmp_path)
+    run = run_check(device, "--budget-s", "0.2")
+    assert run.returncode == 0, run.stdout + run.stderr
+    timings = json.loads((device / "device-report.json").read_text())["timings"]
+    assert timings["cold_load"] is True  # Linux: the package's files left the page cache before the load
+    assert 0 < timings["first_inference_ms"] and timings["load_anon_mb"] >= 0 and timings["load_file_mb"] >= 0
+    assert "load " in run.stdout and "first inference" in run.stdout and "memory added" in run.stdout
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="Linux /proc only")
+def test_the_load_readings_measure_what_their_names_say(onnx_package, tmp_path, monkeypatch):
+    import os
+
+    timing = carried(onnx_package, "devicetiming.py")
+    files = [tmp_path / "a.onnx", tmp_path / "a.onnx.data"]
+    for f in files:
+        f.write_bytes(b"x" * 10_000)
+    asked = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, o, n, advice: asked.append(
+        (os.readlink(f"/proc/self/fd/{fd}"), advice)) or real(fd, o, n, advice))
+    assert timing.drop_cached(files) is True
+    assert asked == [(str(f), os.POSIX_FADV_DONTNEED) for f in files]
+    before = timing.resident_mb()
+    block = bytearray(64_000_000)
+    block[::4096] = b"\1" * len(block[::4096])  # resident only once written
+    costs = timing.load_costs(before, timing.resident_mb(), True, 1.5)
+    assert costs["load_anon_mb"] >= 60 and costs["load_file_mb"] < 10
+    assert costs["cold_load"] is True and costs["first_inference_ms"] == 1.5

@@ -38,6 +38,10 @@ def test_each_device_report_is_judged_then_read_as_its_devices_row(name, onnx_pa
     assert row.get("round_spread") == case.get("spread") and row.get("rounds") == case.get("rounds")
     said = row["device_check"].get("conditions") or ""
     assert all(part in said for part in CONDITIONS[name]), said
+    timings = fixture(name)["timings"]
+    assert row["load_s"] == timings["load_ms"] / 1000
+    assert row.get("first_inference_ms") == timings.get("first_inference_ms")
+    assert row.get("load_cold_s") == (row["load_s"] if timings.get("cold_load") else None)
     if name == "linux-older":  # what checks wrote before: no rounds, no spread, no conditions
         assert "round_spread" not in row and not said and row["backend"] == "onnxruntime"
 

@@ -183,7 +183,9 @@ def _row(report: dict, verdict: dict, batch: int, case: dict, timings: dict, con
                iterations=case.get("runs") if isinstance(case.get("runs"), int) else None,
                rounds=case.get("rounds") if isinstance(case.get("rounds"), int) else None,
                round_spread=_number(case.get("spread")),
-               load_s=load_ms / 1000.0 if load_ms is not None else None)
+               load_s=load_ms / 1000.0 if load_ms is not None else None,
+               load_cold_s=load_ms / 1000.0 if load_ms is not None and timings.get("cold_load") is True else None,
+               first_inference_ms=_number(timings.get("first_inference_ms")))
     if rounds is not None:
         row["per_round"] = {k: list(rounds.get(k) or []) for k in ("median_ms", "reference_ms")}
     return {k: v for k, v in row.items() if v is not None}

@@ -65,7 +65,23 @@ def device_facts(console, result: dict[str, Any]) -> None:
                  for name, t in cases.items() if isinstance(t, dict) and isinstance(t.get("p50_ms"), (int, float))]
         if parts:
             console.print("on-device p50 latency: " + "; ".join(parts), highlight=False, soft_wrap=True)
+    if load := device_load(result.get("timings") or {}):
+        console.print(f"on-device load: {load}", highlight=False, soft_wrap=True)
     console.print(f"package: {escape(result['package'])}", highlight=False, soft_wrap=True)
+
+
+def device_load(timings: dict[str, Any]) -> str:
+    """What the device's load cost, as its check reported it: load time (cold or not), first inference,
+    the memory the load added (own, mapped); empty when it reported none of them."""
+    number = lambda key: timings.get(key) if isinstance(timings.get(key), (int, float)) else None  # noqa: E731
+    parts = []
+    if number("load_ms") is not None:
+        parts.append(f"{milliseconds(timings['load_ms'])}" + (" cold" if timings.get("cold_load") is True else ""))
+    if number("first_inference_ms") is not None:
+        parts.append(f"first inference {milliseconds(timings['first_inference_ms'])}")
+    if number("load_anon_mb") is not None and number("load_file_mb") is not None:
+        parts.append(f"memory added {timings['load_anon_mb']:.0f} MB own + {timings['load_file_mb']:.0f} MB mapped")
+    return "; ".join(parts)
 
 
 def package_report(result: dict[str, Any]) -> None:

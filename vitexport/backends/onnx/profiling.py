@@ -59,6 +59,7 @@ def profiled_load(create: Any, session_options: Any) -> tuple[Any, float | None]
             events = json.loads(trace.read_text())
         except (OSError, ValueError):
             return session, None
-    seconds = [e["dur"] / 1e6 for e in events if e.get("cat") == "Session" and e.get("name") == "session_initialization"]
+    seconds = [e["dur"] / 1e6 for e in events
+               if e.get("cat") == "Session" and e.get("name") == "session_initialization"]
     return session, (seconds[0] if seconds else None)
 

@@ -185,6 +185,10 @@ class CaseTiming(Record):
 class Timings(Record):
     budget_s: Optional[Seconds] = None  # seconds of timed runs per case (null: a fixed number of runs)
     load_ms: Optional[Spread] = None
+    cold_load: Optional[bool] = None  # the package's files dropped from the page cache before the load
+    first_inference_ms: Optional[Spread] = None  # the first run after the load, alone
+    load_anon_mb: Optional[Amount] = None  # what the load added to the process: its own memory...
+    load_file_mb: Optional[Amount] = None  # ... and files mapped (the runtime's start included)
     cases: dict[str, CaseTiming] = {}
 
 

@@ -19,6 +19,7 @@ import android.content.IntentFilter
 import android.content.res.AssetManager
 import android.os.BatteryManager
 import android.os.Build
+import android.os.Debug
 import android.os.PowerManager
 import android.util.Log
 import androidx.test.ext.junit.runners.AndroidJUnit4
@@ -80,9 +81,11 @@ class DeviceCheckTest {
         var deterministic = true
         val batches = sortedSetOf<Int>()
         val rounds = Rounds(target)
+        val before = residentMb()
         val loadStart = System.nanoTime()
         val facts = makeRunner(dir, settings).use { runner ->
             val loadMs = (System.nanoTime() - loadStart) / 1e6
+            val after = residentMb()
             val goldenCases = golden.getJSONArray("cases")
             for (c in 0 until goldenCases.length()) {
                 val entry = goldenCases.getJSONObject(c)
@@ -105,7 +108,9 @@ class DeviceCheckTest {
                 }
                 cases.put(JSONObject().put("name", caseName).put("outputs", encoded).put("checks", checks))
             }
-            runner.facts + mapOf("load_ms" to loadMs)
+            runner.facts + mapOf("load_ms" to loadMs,
+                "load_anon_mb" to Math.max(0.0, after.first - before.first),
+                "load_file_mb" to Math.max(0.0, after.second - before.second))
         }
         if (!deterministic) failures.add("the same input gave different outputs twice")
         val device = JSONObject()
@@ -114,7 +119,8 @@ class DeviceCheckTest {
             .put("abi", Build.SUPPORTED_ABIS.firstOrNull())
             .put("soc", if (Build.VERSION.SDK_INT >= 31) Build.SOC_MODEL else null)
             .put("processors", Runtime.getRuntime().availableProcessors())
-        facts.filterKeys { it != "load_ms" }.forEach { (k, v) -> device.put(k, v ?: JSONObject.NULL) }
+        val loadKeys = setOf("load_ms", "load_anon_mb", "load_file_mb")
+        facts.filterKeys { it !in loadKeys }.forEach { (k, v) -> device.put(k, v ?: JSONObject.NULL) }
         val artifact = manifest.getJSONObject("artifact")
         val report = JSONObject()
             .put("schema", "vitexport.device-report/1")
@@ -125,6 +131,7 @@ class DeviceCheckTest {
                 .put("batches", JSONArray(batches.toList())))
             .put("device", device)
             .put("timings", JSONObject().put("budget_s", budgetSeconds).put("load_ms", facts["load_ms"])
+                .put("load_anon_mb", facts["load_anon_mb"]).put("load_file_mb", facts["load_file_mb"])
                 .put("cases", timings))
             .put("conditions", rounds.conditions())
             .put("deterministic", deterministic)
@@ -456,6 +463,14 @@ fun readNpy(file: File): Npy {
 
 fun utcNow(): String = SimpleDateFormat("yyyy-MM-dd'T'HH:mm:ss'Z'", Locale.US)
     .apply { timeZone = TimeZone.getTimeZone("UTC") }.format(Date())
+
+/** The process's own memory and its mapped files' pages in MB, as Android's memory profiler splits
+ *  them (Debug.MemoryInfo: private dirty; private and shared clean). */
+fun residentMb(): Pair<Double, Double> {
+    val info = Debug.MemoryInfo()
+    Debug.getMemoryInfo(info)
+    return Pair(info.totalPrivateDirty / 1024.0, (info.totalPrivateClean + info.totalSharedClean) / 1024.0)
+}
 
 fun sha256(file: File): String {
     val digest = MessageDigest.getInstance("SHA-256")

@@ -58,9 +58,14 @@ final class DeviceCheckTests: XCTestCase {
         let golden = try json(package.appendingPathComponent("golden/golden.json"))
         let runnerInfo = manifest["runner"] as? [String: Any] ?? [:]
         let settings = runnerInfo["settings"] as? [String: Any] ?? [:]
+        let footprintBefore = footprintMB()
         let loadStart = now()
         let runner = try await makeRunner(package: package, settings: settings, computeUnits: computeUnits)
         let loadMs = milliseconds(since: loadStart)
+        var loadCosts: [String: Any] = [:]
+        if let before = footprintBefore, let after = footprintMB() {
+            loadCosts["load_anon_mb"] = max(0, after - before)  // the footprint counts owned memory, not mapped files
+        }
 
         let names = golden["output_names"] as? [String] ?? []
         let tolerance = golden["tolerance"] as? [String: Double] ?? [:]
@@ -106,7 +111,8 @@ final class DeviceCheckTests: XCTestCase {
                         "artifact": (manifest["artifact"] as? [String: Any])?["file"] ?? NSNull(),
                         "files_verified": verified, "batches": batches.sorted()] as [String: Any],
             "device": device,
-            "timings": ["budget_s": budgetSeconds, "load_ms": loadMs, "cases": timings],
+            "timings": (["budget_s": budgetSeconds, "load_ms": loadMs, "cases": timings] as [String: Any])
+                .merging(loadCosts) { old, _ in old },
             "conditions": rounds.conditions(),
             "deterministic": deterministic,
             "verdict": ["passed": failures.isEmpty, "tolerance": tolerance, "failures": failures],
@@ -451,5 +457,18 @@ func machine() -> String {
 }
 
 func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+/// The process's memory footprint in MB (phys_footprint: what Xcode's memory gauge shows and what iOS
+/// holds against an app's limit); nil when the kernel does not answer.
+func footprintMB() -> Double? {
+    var info = task_vm_info_data_t()
+    var count = mach_msg_type_number_t(MemoryLayout<task_vm_info_data_t>.size / MemoryLayout<integer_t>.size)
+    let result = withUnsafeMutablePointer(to: &info) {
+        $0.withMemoryRebound(to: integer_t.self, capacity: Int(count)) {
+            task_info(mach_task_self_, task_flavor_t(TASK_VM_INFO), $0, &count)
+        }
+    }
+    return result == KERN_SUCCESS ? Double(info.phys_footprint) / 1e6 : nil
+}
 
 func milliseconds(since start: UInt64) -> Double { Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6 }

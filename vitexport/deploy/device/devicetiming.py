@@ -1,6 +1,7 @@
 """Timing on the device, for check.py: bench's reference kernel (numpy), the rounds with the
-reference either side of each, and what the platform says of its state (Linux: steal and the clock;
-a Jetson: also nvpmodel's power mode, the clocks from sysfs and the thermal zones). The statistics
+reference either side of each, what the platform says of its state (Linux: steal and the clock;
+a Jetson: also nvpmodel's power mode, the clocks from sysfs and the thermal zones), and what the
+model's load cost (a cold load, the memory it added: Linux). The statistics
 are roundstats.py's, passed in as `stats`: the file vitexport's bench computes with.
 
 Carried in the package and listed in its manifest.json; check.py imports it only after every file's
@@ -177,3 +178,62 @@ def describe_timing(timings, c):
         parts.append("clock {:.2f} GHz".format(c["clock_ghz"]["median"]))
     parts.append("{} of {} rounds disturbed".format(c["disturbed_rounds"], c["rounds"]))
     return "; ".join(parts)
+
+
+# --- what the load cost (Linux's /proc and page cache; elsewhere None) -----------------------------
+
+def drop_cached(paths):
+    """Ask the kernel to drop the files' pages from its page cache, so that the load reads them again
+    from storage, as after a reboot: True when it could be asked for every file."""
+    fadvise = getattr(os, "posix_fadvise", None)
+    if fadvise is None:
+        return False
+    dropped = True
+    for path in paths:
+        try:
+            fd = os.open(str(path), os.O_RDONLY)
+        except OSError:
+            dropped = False
+            continue
+        try:
+            fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            dropped = False
+        finally:
+            os.close(fd)
+    return dropped
+
+
+def resident_mb():
+    """This process's resident memory in MB: anonymous (its own) and file-backed (mapped files); None
+    where /proc/self/status is not there."""
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return {"anon": int(fields["RssAnon"].split()[0]) * 1024 / 1e6,
+                "file": int(fields["RssFile"].split()[0]) * 1024 / 1e6}
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def load_costs(before, after, cold, first_ms):
+    """The report's load figures: whether the load was cold, the first inference's time, and the memory
+    the load added to the process (the runtime's own start included: it starts with the model)."""
+    costs = {"cold_load": cold, "first_inference_ms": first_ms}
+    if before is not None and after is not None:
+        costs["load_anon_mb"] = round(max(0.0, after["anon"] - before["anon"]), 1)
+        costs["load_file_mb"] = round(max(0.0, after["file"] - before["file"]), 1)
+    return costs
+
+
+def describe_load(timings):
+    """One line: the load's time (cold or not), the first inference, the memory the load added."""
+    parts = ["load {:.0f} ms{}".format(timings["load_ms"], " (cold: read from storage)" if timings.get("cold_load")
+                                       else "")]
+    if timings.get("first_inference_ms") is not None:
+        parts.append("first inference {:.1f} ms".format(timings["first_inference_ms"]))
+    if timings.get("load_anon_mb") is not None:
+        parts.append("memory added {:.0f} MB own + {:.0f} MB mapped".format(timings["load_anon_mb"],
+                                                                            timings["load_file_mb"]))
+    return "; ".join(parts)
+

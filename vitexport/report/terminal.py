@@ -72,15 +72,19 @@ def device_facts(console, result: dict[str, Any]) -> None:
 
 def device_load(timings: dict[str, Any]) -> str:
     """What the device's load cost, as its check reported it: load time (cold or not), first inference,
-    the memory the load added (own, mapped); empty when it reported none of them."""
-    number = lambda key: timings.get(key) if isinstance(timings.get(key), (int, float)) else None  # noqa: E731
+    the memory the load added (own; mapped where the platform tells); empty when it reported none."""
+    def number(key: str) -> float | None:
+        value = timings.get(key)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
     parts = []
     if number("load_ms") is not None:
-        parts.append(f"{milliseconds(timings['load_ms'])}" + (" cold" if timings.get("cold_load") is True else ""))
+        parts.append(milliseconds(number("load_ms")) + (" cold" if timings.get("cold_load") is True else ""))
     if number("first_inference_ms") is not None:
-        parts.append(f"first inference {milliseconds(timings['first_inference_ms'])}")
-    if number("load_anon_mb") is not None and number("load_file_mb") is not None:
-        parts.append(f"memory added {timings['load_anon_mb']:.0f} MB own + {timings['load_file_mb']:.0f} MB mapped")
+        parts.append(f"first inference {milliseconds(number('first_inference_ms'))}")
+    if number("load_anon_mb") is not None:
+        mapped = f" + {number('load_file_mb'):.0f} MB mapped" if number("load_file_mb") is not None else ""
+        parts.append(f"memory added {number('load_anon_mb'):.0f} MB own{mapped}")
     return "; ".join(parts)
 
 

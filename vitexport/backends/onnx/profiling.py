@@ -62,4 +62,3 @@ def profiled_load(create: Any, session_options: Any) -> tuple[Any, float | None]
     seconds = [e["dur"] / 1e6 for e in events
                if e.get("cat") == "Session" and e.get("name") == "session_initialization"]
     return session, (seconds[0] if seconds else None)
-

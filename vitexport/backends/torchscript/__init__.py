@@ -86,8 +86,9 @@ class TorchScriptBackend(Backend):
                 # No check_trace: it runs the model twice more and keeps what they computed (ViT-H: 0.8 GB);
                 # the parity checks that follow test the trace on more inputs than it would.
                 traced = torch.jit.trace(loaded.model, example, check_trace=False, strict=False)
-            # In memory, once: torch's own file writer aborts the process on a full disk, and torch.jit.save
-            # into a buffer would hold the program twice (its bytes and the buffer's copy).
+            # In memory: torch's own file writer aborts the process on a full disk. torch builds the bytes
+            # in a buffer of its own and copies them out (the program is briefly held twice); torch.jit.save
+            # into a BytesIO would copy them a third time.
             program = traced.save_to_buffer()
         except Exception as e:
             raise ExportError(f"TorchScript trace failed: {raised(e)}") from None

@@ -391,13 +391,13 @@ def main(argv=None):
             manifest["runner"].get("runtime", "the runtime"), e))
     load_ms = (time.perf_counter() - start) * 1000.0
     after = devicetiming.resident_mb()
-    start = time.perf_counter()
-    runner.run(next(batches(cases[0]["x"], cases[0]["batch"]))[0])  # the first inference, alone
-    load = devicetiming.load_costs(before, after, cold, (time.perf_counter() - start) * 1000.0)
     tol = golden["tolerance"]
     results, timings, deterministic, lines = [], {}, True, []
     rounds = devicetiming.Rounds(stats, devicetiming.Reference(stats))
     try:
+        start = time.perf_counter()
+        runner.run(next(batches(cases[0]["x"], cases[0]["batch"]))[0])  # the first inference, alone
+        load = devicetiming.load_costs(before, after, cold, (time.perf_counter() - start) * 1000.0)
         for case in cases:
             outputs, timing, same = timed_case(runner, case, args, stats, rounds)
             deterministic = deterministic and same

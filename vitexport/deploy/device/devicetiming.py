@@ -236,4 +236,3 @@ def describe_load(timings):
         parts.append("memory added {:.0f} MB own + {:.0f} MB mapped".format(timings["load_anon_mb"],
                                                                             timings["load_file_mb"]))
     return "; ".join(parts)
-

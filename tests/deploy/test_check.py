@@ -217,7 +217,10 @@ def test_verify_refuses_mixing_an_artifact_with_a_device_report(onnx_package):
 
 
 def runner_sources() -> list[Path]:
-    return sorted([*(ROOT / "vitexport" / "deploy" / "device").glob("*.py"), ROOT / "vitexport" / "core" / "roundstats.py",
+    from vitexport.deploy.build import CARRIED
+
+    carried = [ROOT / "vitexport" / "core" / name for name in CARRIED["python"]]
+    return sorted([*(ROOT / "vitexport" / "deploy" / "device").glob("*.py"), *carried,
                    *(ROOT / "vitexport" / "backends").glob("*/device/*.py")])
 
 

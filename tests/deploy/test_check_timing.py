@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from device_harness import copy_to_device, run_check
 
-from vitexport.core import roundstats
+from vitexport.core import pagecache, roundstats
 
 STARTUP_S = 30.0  # a fresh interpreter importing numpy and ONNX Runtime on a busy 2-core machine, loose
 
@@ -60,14 +60,16 @@ def carried(package: Path, name: str = "roundstats.py"):
     return module
 
 
-def test_the_package_carries_benchs_statistics_byte_for_byte(onnx_package):
+@pytest.mark.parametrize("module", [roundstats, pagecache], ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_the_package_carries_benchs_modules_byte_for_byte(onnx_package, module):
     import hashlib
 
-    text = (onnx_package / "roundstats.py").read_bytes()
-    assert text == Path(roundstats.__file__).read_bytes()
+    name = Path(module.__file__).name
+    text = (onnx_package / name).read_bytes()
+    assert text == Path(module.__file__).read_bytes()
     listed = json.loads((onnx_package / "manifest.json").read_text())
-    assert listed["files"]["roundstats.py"]["sha256"] == hashlib.sha256(text).hexdigest()
-    assert "roundstats.py" in listed["check"]["programs"]
+    assert listed["files"][name]["sha256"] == hashlib.sha256(text).hexdigest()
+    assert name in listed["check"]["programs"]
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -139,7 +141,7 @@ def test_the_check_loads_cold_and_says_what_the_load_cost(onnx_package, tmp_path
 def test_the_load_readings_measure_what_their_names_say(onnx_package, tmp_path, monkeypatch):
     import os
 
-    timing = carried(onnx_package, "devicetiming.py")
+    timing, cache = carried(onnx_package, "devicetiming.py"), carried(onnx_package, "pagecache.py")
     files = [tmp_path / "a.onnx", tmp_path / "a.onnx.data"]
     for f in files:
         f.write_bytes(b"x" * 10_000)
@@ -147,7 +149,7 @@ def test_the_load_readings_measure_what_their_names_say(onnx_package, tmp_path, 
     real = os.posix_fadvise
     monkeypatch.setattr(os, "posix_fadvise", lambda fd, o, n, advice: asked.append(
         (os.readlink(f"/proc/self/fd/{fd}"), advice)) or real(fd, o, n, advice))
-    assert timing.drop_cached(files) is True
+    assert cache.drop_cached(files) is True
     assert asked == [(str(f), os.POSIX_FADV_DONTNEED) for f in files]
     before = timing.resident_mb()
     block = bytearray(64_000_000)

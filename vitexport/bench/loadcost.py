@@ -19,10 +19,11 @@ Linux's /proc gives the split; elsewhere the memory figures are None and the tim
 from __future__ import annotations
 
 import gc
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from vitexport.core.pagecache import drop_cached
 
 MB = 1e6
 
@@ -32,28 +33,6 @@ def artifact_files(path: Path, companions: list[Path]) -> list[Path]:
     companions (external data, weights beside the graph)."""
     own = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     return own + [p for p in companions if p not in own]
-
-
-def drop_cached(files: list[Path]) -> bool:
-    """Ask the kernel to drop `files`' pages from its page cache; True when it was asked for every
-    file (a page another process has mapped stays: the kernel drops what no one maps)."""
-    fadvise = getattr(os, "posix_fadvise", None)
-    if fadvise is None:
-        return False
-    dropped = True
-    for path in files:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            dropped = False
-            continue
-        try:
-            fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:
-            dropped = False
-        finally:
-            os.close(fd)
-    return dropped
 
 
 def load_costs(load: Callable[[], Any], close: Callable[[Any], None], files: list[Path]) -> tuple[Any, dict]:

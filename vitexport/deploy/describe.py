@@ -126,7 +126,8 @@ def _python(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[s
             "`--budget-s` seconds (default 3) with a small reference kernel between them, p50/p90/p99 and the spread "
             "of the round medians, and what the device says of its state (steal and clock on Linux; power mode, "
             "clocks and temperatures on a Jetson), with `devicetiming.py` and `roundstats.py` (bench's statistics), "
-            "both verified against `manifest.json` like every file.", ""]
+            "and what the load cost (a cold load with `pagecache.py`, the first inference, the memory it added), "
+            "each file verified against `manifest.json` like every other.", ""]
 
 
 def _swift(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[str]:

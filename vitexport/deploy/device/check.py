@@ -41,6 +41,7 @@ GOLDEN_SCHEMA = "vitexport.golden/1"
 REPORT_SCHEMA = "vitexport.device-report/1"
 OK, FAILURE, USAGE, UNAVAILABLE, MISMATCH = 0, 1, 2, 3, 4
 STATS_FILE = "roundstats.py"  # vitexport/core/roundstats.py as it is: bench's statistics
+CACHE_FILE = "pagecache.py"  # vitexport/core/pagecache.py as it is: a cold load, as bench's
 TIMING_FILE = "devicetiming.py"  # the reference kernel, the rounds, the platform's readings
 DEFAULT_BUDGET_S = 3.0  # seconds of timed runs per case: 12 rounds of bench's length
 MAX_BUDGET_S = 3600.0
@@ -358,6 +359,7 @@ def main(argv=None):
     runner_module = load_runner(HERE, manifest)
     stats = load_carried(HERE, manifest, STATS_FILE)
     devicetiming = load_carried(HERE, manifest, TIMING_FILE)
+    pagecache = load_carried(HERE, manifest, CACHE_FILE)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", type=Path, default=HERE / "device-report.json",
                         help="where to write the report (default: device-report.json in this folder)")
@@ -382,7 +384,7 @@ def main(argv=None):
     golden, cases = load_golden(HERE)
     settings = dict((manifest.get("runner") or {}).get("settings") or {})
     # A cold load, as after a reboot: the files were just read for their sha256.
-    cold = devicetiming.drop_cached([HERE.joinpath(*Path(name).parts) for name in manifest["files"]])
+    cold = pagecache.drop_cached([HERE.joinpath(*Path(name).parts) for name in manifest["files"]])
     before, start = devicetiming.resident_mb(), time.perf_counter()
     try:
         runner = runner_module.open_runner(HERE, settings, args)

@@ -1,7 +1,7 @@
 """Timing on the device, for check.py: bench's reference kernel (numpy), the rounds with the
 reference either side of each, what the platform says of its state (Linux: steal and the clock;
 a Jetson: also nvpmodel's power mode, the clocks from sysfs and the thermal zones), and what the
-model's load cost (a cold load, the memory it added: Linux). The statistics
+model's load cost (the memory it added: Linux). The statistics
 are roundstats.py's, passed in as `stats`: the file vitexport's bench computes with.
 
 Carried in the package and listed in its manifest.json; check.py imports it only after every file's
@@ -180,29 +180,7 @@ def describe_timing(timings, c):
     return "; ".join(parts)
 
 
-# --- what the load cost (Linux's /proc and page cache; elsewhere None) -----------------------------
-
-def drop_cached(paths):
-    """Ask the kernel to drop the files' pages from its page cache, so that the load reads them again
-    from storage, as after a reboot: True when it could be asked for every file."""
-    fadvise = getattr(os, "posix_fadvise", None)
-    if fadvise is None:
-        return False
-    dropped = True
-    for path in paths:
-        try:
-            fd = os.open(str(path), os.O_RDONLY)
-        except OSError:
-            dropped = False
-            continue
-        try:
-            fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:
-            dropped = False
-        finally:
-            os.close(fd)
-    return dropped
-
+# --- what the load cost (Linux's /proc; elsewhere None) ------------------------------------------------
 
 def resident_mb():
     """This process's resident memory in MB: anonymous (its own) and file-backed (mapped files); None

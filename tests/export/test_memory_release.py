@@ -88,6 +88,7 @@ def test_no_weight_of_a_released_model_is_held_when_the_runtime_loads(backend, o
     monkeypatch.setattr(holding, "release", releasing)
     monkeypatch.setattr(type(be), "load", spied)
     result = pipeline.export(backend, SPEC, be.Options(**options), out_dir)
+    assert result["status"] in ("verified", "not-checked-here"), result["status"]
     if not alive:
         pytest.skip(f"{backend}'s artifact is not checked here")
     assert weights and alive[0] == 0, f"{alive[0]} of {len(weights)} weights still held"

@@ -235,7 +235,32 @@ def test_device_programs_run_on_python_3_8_without_vitexport(path):
     top = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
     top |= {n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
     assert top <= {"__future__", "argparse", "hashlib", "importlib", "json", "math", "os", "platform", "stat",
-                   "subprocess", "sys", "time", "datetime", "pathlib"}, top  # runtimes only inside functions
+                   "subprocess", "sys", "time", "datetime", "pathlib", "typing"}, top  # runtimes only inside functions
+
+
+BOXES_MOVED = """
+import importlib, sys
+import numpy as np
+sys.path.remove(sys.path[0])  # this folder: the real onnxruntime is imported in this one's place
+del sys.modules["onnxruntime"]
+real = sys.modules["onnxruntime"] = importlib.import_module("onnxruntime")
+run = real.InferenceSession.run
+
+def moved(self, names, feeds, *args, **kwargs):  # every box a tenth of the image to the right
+    out = run(self, names, feeds, *args, **kwargs)
+    names = names or [o.name for o in self.get_outputs()]
+    return [o + np.float32(0.1) * (np.arange(o.shape[-1]) == 0) if "box" in n else o for n, o in zip(names, out)]
+
+real.InferenceSession.run = moved
+"""
+
+
+def boxes_moved_by_the_runtime(tmp_path: Path) -> Path:
+    """A folder whose `onnxruntime` is the real one with every box output moved: a device runtime gone wrong."""
+    fake = tmp_path / "runtime-gone-wrong"
+    fake.mkdir()
+    (fake / "onnxruntime.py").write_text(BOXES_MOVED)
+    return fake
 
 
 def test_a_detection_package_is_judged_on_its_boxes(tmp_path):
@@ -251,12 +276,19 @@ def test_a_detection_package_is_judged_on_its_boxes(tmp_path):
     golden = json.loads((folder / "golden" / "golden.json").read_text())
     assert golden["task"] == "detection" and golden["task_gates"] == gates
     device = copy_to_device(folder, tmp_path)
-    assert run_check(device).returncode == 0
+    checked = run_check(device)
+    assert checked.returncode == 0, checked.stderr
+    assert "detection: confident detections" in checked.stdout and "gate detection recall >= 0.95" in checked.stdout
     result = verify(device / "device-report.json", "--json")
     assert result.exit_code == 0, result.stderr
     parity = json.loads(result.stdout)["parity"]
     assert parity["task"] == "detection" and parity["task_metrics"]["detection_recall"] == 1.0
     assert parity["task_metrics"]["confident_detections"] > 0
+    own = json.loads((device / "device-report.json").read_text())["verdict"]  # the device's own numbers: the same
+    assert own["task"] == "detection" and own["task_metrics"] == pytest.approx(parity["task_metrics"])
+    moved = run_check(device, path=(str(boxes_moved_by_the_runtime(tmp_path)),))  # the device itself refuses
+    assert moved.returncode == 4, moved.stderr
+    assert "detection gate: detection recall 0 < 0.95" in moved.stdout
     wrong = verify(device / "device-report.json", "--task-gate", "delta1=0.9")  # a depth number, for a detector
     assert wrong.exit_code == 2 and "a detection model is not judged by it" in wrong.stderr
     report = json.loads((device / "device-report.json").read_text())

@@ -77,3 +77,10 @@ def test_an_image_over_the_decompression_bomb_limit_is_refused_not_decoded(tmp_p
     with pytest.raises(UsageError, match="cannot read big.png.*decompression bomb"):
         load_images(folder, IMAGENET, (1, 3, 8, 8))
     assert not [w for w in recwarn if issubclass(w.category, Image.DecompressionBombWarning)]
+
+
+def test_images_are_refused_for_a_model_of_other_channels(tmp_path):
+    """ViTMatte takes an image and its trimap (4 channels): a photo alone is bad input, never a crash."""
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    with pytest.raises(UsageError, match="the model takes 4 channels and an image gives 3"):
+        load_images(tmp_path, {"mean": [0.5] * 4, "std": [0.5] * 4}, (1, 4, 8, 8))

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 # The check programs each target's package carries, beside the backend's runner (vitexport/deploy/device/).
 PROGRAMS = {"python": ("check.py", "devicetiming.py"), "swift": ("DeviceCheckTests.swift",), "kotlin": ("DeviceCheckTest.kt",)}
 # Modules of vitexport a check imports, carried as they are (from vitexport/core/): the device computes
-# its latencies with bench's own statistics, and loads cold as bench does.
-CARRIED = {"python": ("roundstats.py", "pagecache.py")}
+# its latencies with bench's own statistics, loads cold as bench does, and judges its outputs by the
+# task's numbers and gates the export was judged by.
+CARRIED = {"python": ("roundstats.py", "pagecache.py", "taskmeasures.py")}
 RUN = {"python": "python3 check.py", "swift": "xcodebuild test (DeviceCheckTests)",
        "kotlin": "./gradlew connectedAndroidTest (DeviceCheckTest)"}
 RESERVED = {"manifest.json", "preprocessing.json", "README.md", "golden", "device-report.json"}

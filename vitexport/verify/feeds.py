@@ -106,6 +106,9 @@ def load_images(directory, preprocessing: dict,
     folder = Path(directory)
     if not folder.is_dir():
         raise UsageError(f"--images: not a directory: {folder}")
+    if shape[1] not in (1, 3):  # ViTMatte's image and trimap, a depth sensor's extra channel: more than a photo
+        raise UsageError(f"--images: the model takes {shape[1]} channels and an image gives 3 (RGB) or 1 (grey); "
+                         "images alone cannot be its input")
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
         raise UsageError(f"--images: no images ({', '.join(IMAGE_SUFFIXES)}) in {folder}")

@@ -43,6 +43,7 @@ OK, FAILURE, USAGE, UNAVAILABLE, MISMATCH = 0, 1, 2, 3, 4
 STATS_FILE = "roundstats.py"  # vitexport/core/roundstats.py as it is: bench's statistics
 CACHE_FILE = "pagecache.py"  # vitexport/core/pagecache.py as it is: a cold load, as bench's
 TIMING_FILE = "devicetiming.py"  # the reference kernel, the rounds, the platform's readings
+TASK_FILE = "taskmeasures.py"  # vitexport/core/taskmeasures.py as it is: the task's numbers and gates
 DEFAULT_BUDGET_S = 3.0  # seconds of timed runs per case: 12 rounds of bench's length
 MAX_BUDGET_S = 3600.0
 
@@ -203,6 +204,25 @@ def compare(reference, candidate, tol):
             "top1_agreement": top1}
 
 
+def judge_task(measures, golden, cases, outputs):
+    """The task's numbers over every case (the worst), as vitexport's parity check computes them, and
+    the gate of the package's precision with the limits given at packaging: a depth map is refused on
+    its depth error here too."""
+    task, names = golden.get("task", "classification"), golden["output_names"]
+    per_case = [measures.task_metrics(task, dict(zip(names, case["reference"])), dict(zip(names, out)))
+                for case, out in zip(cases, outputs)]
+    numbers = measures.worst(task, per_case)
+    gates = measures.gates_for(task, golden["precision"], golden.get("task_gates"))
+    failures = measures.gate_failures(task, golden["precision"], numbers, golden.get("task_gates"))
+    shown = ", ".join("{} {}".format(k.replace("_", " "), "n/d" if v is None else "{:.4g}".format(v))
+                      for k, v in numbers.items())
+    judged = "; gate " + ", ".join("{} {} {:g}".format(n.replace("_", " "), ">=" if kind == "min" else "<=", limit)
+                                   for n, kind, limit in gates) if gates else ""
+    return {"task": task, "metrics": numbers, "gates": [list(g) for g in gates], "failures": failures,
+            "line": "  {}: {}{}  {}".format(task, shown, judged, "FAIL: " + "; ".join(failures) if failures else "ok")
+            if numbers else ""}
+
+
 # --- the device ---------------------------------------------------------------------------------------
 
 def first_line(path):
@@ -360,6 +380,7 @@ def main(argv=None):
     stats = load_carried(HERE, manifest, STATS_FILE)
     devicetiming = load_carried(HERE, manifest, TIMING_FILE)
     pagecache = load_carried(HERE, manifest, CACHE_FILE)
+    measures = load_carried(HERE, manifest, TASK_FILE)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", type=Path, default=HERE / "device-report.json",
                         help="where to write the report (default: device-report.json in this folder)")
@@ -409,7 +430,7 @@ def main(argv=None):
                 checks.append(dict(output=name, **compare(ref, out, tol)))
             results.append({"name": case["name"], "outputs": {n: encoded(o) for n, o in
                                                              zip(golden["output_names"], outputs)},
-                            "checks": checks})
+                            "checks": checks, "raw": outputs})
             for c in checks:
                 lines.append("  {:<14} {:<12} max |d| {:<9} cosine {:<9} {:>8.3f} ms  {}".format(
                     case["name"], c["output"], "{:.3g}".format(c.get("max_abs_error", float("nan"))),
@@ -418,7 +439,8 @@ def main(argv=None):
     finally:
         if hasattr(runner, "close"):
             runner.close()
-    passed = deterministic and all(c["passed"] for r in results for c in r["checks"])
+    task = judge_task(measures, golden, cases, [r["raw"] for r in results])
+    passed = deterministic and not task["failures"] and all(c["passed"] for r in results for c in r["checks"])
     facts = dict(device_facts(), **dict(getattr(runner, "facts", {}) or {}))
     report = {
         "schema": REPORT_SCHEMA,
@@ -434,14 +456,17 @@ def main(argv=None):
         "verdict": {"passed": passed, "tolerance": tol,
                     "failures": ["{} {}: {}".format(r["name"], c["output"], c["reason"])
                                  for r in results for c in r["checks"] if not c["passed"]]
-                    + ([] if deterministic else ["the same input gave different outputs twice"])},
-        "cases": results,
+                    + task["failures"] + ([] if deterministic else ["the same input gave different outputs twice"]),
+                    "task": task["task"], "task_metrics": task["metrics"], "task_gates": task["gates"]},
+        "cases": [{k: v for k, v in r.items() if k != "raw"} for r in results],
     }
     args.report = args.report if args.report.is_absolute() else Path.cwd() / args.report
     write_report(args.report, report)
     where = ", ".join(str(facts[k]) for k in ("model", "runtime", "provider", "compute_units") if facts.get(k))
     print("{} on {}: {} files verified".format(manifest["artifact"]["file"], where or facts["os"], count))
     print("\n".join(lines))
+    if task["line"]:
+        print(task["line"])
     print(devicetiming.describe_load(report["timings"]))
     print(devicetiming.describe_timing(report["timings"], report["conditions"]))
     print("{} (atol {:g}, rtol {:g}, min cosine {}); report: {}".format(

@@ -1,0 +1,233 @@
+"""Agreement in each task's terms, computed from two sets of outputs with numpy alone: the numbers
+(`task_metrics`), the worst over batches, and the gates of reduced precisions. vitexport's parity
+check computes with it (vitexport.verify.tasks says what each task reads), and a deploy package's
+check on the device carries this file as it is, so a device judges a depth map by the same numbers:
+standard library and numpy only, Python 3.8 or newer."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# Detection: a detection is confident where its class's softmax probability (the "no object" class,
+# the last one, left out) reaches this; the two sides' detections match at this IoU with the same class.
+CONFIDENT = 0.5
+MATCH_IOU = 0.9
+MATTING_MARGIN = 0.01  # alpha within this of PyTorch's counts as the same (1/100 of the range)
+DEPTH_DELTA = 1.25
+
+# (metric, "min" or "max", limit) per task and precision: fp16 keeps nearly every decision, int8 most.
+GATES: dict[str, dict[str, list[tuple[str, str, float]]]] = {
+    "embedding": {"fp16": [("min_row_cosine", "min", 0.999), ("neighbour_agreement", "min", 0.99)],
+                  "int8": [("min_row_cosine", "min", 0.98), ("neighbour_agreement", "min", 0.95)]},
+    "depth": {"fp16": [("abs_rel", "max", 0.01), ("delta1", "min", 0.99)],
+              "int8": [("abs_rel", "max", 0.05), ("delta1", "min", 0.95)]},
+    "segmentation": {"fp16": [("pixel_agreement", "min", 0.99), ("mean_iou", "min", 0.95)],
+                     "int8": [("pixel_agreement", "min", 0.97), ("mean_iou", "min", 0.90)]},
+    "detection": {"fp16": [("detection_recall", "min", 0.95), ("detection_precision", "min", 0.95)],
+                  "int8": [("detection_recall", "min", 0.90), ("detection_precision", "min", 0.90)]},
+    "matting": {"fp16": [("alpha_mad", "max", 0.005), ("alpha_within_margin", "min", 0.99)],
+                "int8": [("alpha_mad", "max", 0.02), ("alpha_within_margin", "min", 0.95)]},
+}
+
+# Whether each gated metric must stay above (min) or below (max) its limit, by task.
+GATE_KINDS = {task: {name: kind for family in gates.values() for name, kind, _ in family}
+              for task, gates in GATES.items()}
+
+
+
+
+def task_outputs(task: str, names: list[str]) -> dict[str, str]:
+    """Which outputs the task reads, by role: detection its class logits and boxes (named so), every
+    other task the first output, or the one named like the task."""
+    if task == "detection":
+        scores = next((n for n in names if "logit" in n or "score" in n or "class" in n), None)
+        boxes = next((n for n in names if "box" in n), None)
+        return {"scores": scores, "boxes": boxes} if scores and boxes else {}
+    hints = {"depth": ("depth",), "segmentation": ("logit", "mask", "seg"), "matting": ("alpha", "matte"),
+             "embedding": ("embed", "feature", "hidden", "last")}.get(task, ())
+    return {"output": next((n for n in names if any(h in n.lower() for h in hints)), names[0])} if names else {}
+
+
+def task_metrics(task: str, reference: dict[str, "np.ndarray"], candidate: dict[str, "np.ndarray"]) -> dict:
+    """The task's numbers for one batch of outputs (keys as `task_outputs` names them)."""
+    roles = task_outputs(task, list(reference))
+    if not roles or any(n not in candidate for n in roles.values()):
+        return {}
+    if task == "classification":  # top-1 and top-5 are the element-wise checks' own
+        return {}
+    ref = {role: reference[name] for role, name in roles.items()}
+    cand = {role: candidate[name] for role, name in roles.items()}
+    return _MEASURES[task](ref, cand)
+
+
+def worst(task: str, per_batch: list[dict]) -> dict:
+    """The worst value of each number over the batches (the gate's view); None where none had one."""
+    keys = {k for m in per_batch for k in m}
+    low_is_bad = {name for gates in GATES.get(task, {}).values() for name, kind, _ in gates if kind == "min"}
+    low_is_bad |= {k for k in keys if k.endswith(("agreement", "iou", "delta1", "recall", "precision", "margin",
+                                                    "cosine"))}
+    out = {}
+    for key in sorted(keys):
+        values = [m[key] for m in per_batch if m.get(key) is not None]
+        out[key] = (min if key in low_is_bad else max)(values) if values else None
+    return out
+
+
+def gate_failures(task: str, precision: str, numbers: dict, overrides: dict | None = None) -> list[str]:
+    """Why an artifact is refused on its task's numbers (empty: accepted): a reduced precision by its
+    defaults, any precision by the limits the user gave (`overrides`: {metric: limit}, --task-gate).
+    A number the inputs could not give (no confident detection) is not judged."""
+    failures = []
+    for name, kind, limit in gates_for(task, precision, overrides):
+        value = numbers.get(name)
+        if value is None:
+            continue
+        if (kind == "min" and value < limit) or (kind == "max" and value > limit):
+            sign = "<" if kind == "min" else ">"
+            failures.append(f"{task} gate: {name.replace('_', ' ')} {value:.4g} {sign} {limit:g}")
+    return failures
+
+
+def gates_for(task: str, precision: str, overrides: dict | None = None) -> list[tuple[str, str, float]]:
+    """The (metric, min or max, limit) the task is judged by at this precision, the user's limits applied."""
+    overrides = {k: v for k, v in (overrides or {}).items() if k in GATE_KINDS.get(task, {})}
+    gates = [(name, kind, overrides.pop(name, limit))
+             for name, kind, limit in GATES.get(task, {}).get(_family(precision), [])]
+    return gates + [(name, GATE_KINDS[task][name], limit) for name, limit in overrides.items()]
+
+
+
+
+def _family(precision: str) -> str:
+    """A backend's precision label (`int8-static`, `fp16-weights`, `palettize-4`) by what it rounds to."""
+    p = precision.lower()
+    if "int8" in p or "int4" in p or "palett" in p or "quant" in p or "bits" in p:
+        return "int8"
+    if "fp16" in p or "bf16" in p or "half" in p:
+        return "fp16"
+    return p
+
+
+def _rows(a: "np.ndarray") -> "np.ndarray":
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float64)
+    return a.reshape(a.shape[0], -1) if a.ndim >= 2 else a.reshape(1, -1)
+
+
+def _embedding(ref: dict, cand: dict) -> dict:
+    import numpy as np
+
+    r, c = _rows(ref["output"]), _rows(cand["output"])
+    norms = np.linalg.norm(r, axis=1) * np.linalg.norm(c, axis=1)
+    cosines = np.where(norms > 0, (r * c).sum(1) / np.where(norms > 0, norms, 1), 1.0)
+    out = {"min_row_cosine": float(cosines.min()), "neighbour_agreement": None}
+    if len(r) >= 2:
+        out["neighbour_agreement"] = float(np.mean(_nearest(r) == _nearest(c)))
+    return out
+
+
+def _nearest(rows: "np.ndarray") -> "np.ndarray":
+    """Each row's nearest other row by cosine."""
+    import numpy as np
+
+    unit = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-30)
+    sim = unit @ unit.T
+    np.fill_diagonal(sim, -np.inf)
+    return sim.argmax(1)
+
+
+def _depth(ref: dict, cand: dict) -> dict:
+    """AbsRel and delta1 over the pixels where PyTorch's depth is not negligible (|d| > 1e-6 of its
+    largest); a pixel whose sign flips is outside delta1."""
+    import numpy as np
+
+    r = np.asarray(ref["output"], dtype=np.float64).ravel()
+    c = np.asarray(cand["output"], dtype=np.float64).ravel()
+    if r.shape != c.shape or not r.size:
+        return {}
+    valid = np.abs(r) > 1e-6 * max(float(np.abs(r).max()), 1e-30)
+    if not valid.any():
+        return {"abs_rel": None, "delta1": None}
+    r, c = r[valid], c[valid]
+    same_sign = np.sign(r) == np.sign(c)
+    with np.errstate(over="ignore", divide="ignore"):  # a huge ratio is simply outside delta1
+        ratio = np.where(same_sign & (c != 0), np.maximum(r / np.where(c != 0, c, 1), c / r), np.inf)
+    return {"abs_rel": float(np.mean(np.abs(c - r) / np.abs(r))), "delta1": float(np.mean(ratio < DEPTH_DELTA))}
+
+
+def _segmentation(ref: dict, cand: dict) -> dict:
+    """Class maps by argmax over the class axis (1): pixels whose class agrees, and the mean IoU over
+    the classes either map holds."""
+    import numpy as np
+
+    r, c = np.asarray(ref["output"]), np.asarray(cand["output"])
+    if r.shape != c.shape or r.ndim < 3:
+        return {}
+    rm, cm = r.argmax(1), c.argmax(1)
+    ious = []
+    for k in np.union1d(np.unique(rm), np.unique(cm)):
+        inter = np.logical_and(rm == k, cm == k).sum()
+        union = np.logical_or(rm == k, cm == k).sum()
+        ious.append(inter / union)
+    return {"pixel_agreement": float(np.mean(rm == cm)), "mean_iou": float(np.mean(ious))}
+
+
+def _detection(ref: dict, cand: dict) -> dict:
+    """Of PyTorch's confident detections, the share the artifact finds with the same class and IoU >=
+    MATCH_IOU (recall), and of the artifact's, the share PyTorch has (precision); None with none."""
+    import numpy as np
+
+    r_found = [_confident(s, b) for s, b in zip(np.asarray(ref["scores"]), np.asarray(ref["boxes"]))]
+    c_found = [_confident(s, b) for s, b in zip(np.asarray(cand["scores"]), np.asarray(cand["boxes"]))]
+    recall = [_matched(a, b) for a, b in zip(r_found, c_found)]
+    precision = [_matched(b, a) for a, b in zip(r_found, c_found)]
+    hits_r, total_r = sum(h for h, _ in recall), sum(n for _, n in recall)
+    hits_p, total_p = sum(h for h, _ in precision), sum(n for _, n in precision)
+    return {"detection_recall": hits_r / total_r if total_r else None,
+            "detection_precision": hits_p / total_p if total_p else None,
+            "confident_detections": int(total_r)}
+
+
+def _confident(scores: "np.ndarray", boxes: "np.ndarray") -> list[tuple[int, "np.ndarray"]]:
+    import numpy as np
+
+    z = np.asarray(scores, dtype=np.float64)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    objects = p[:, :-1] if p.shape[-1] > 1 else p
+    cls, prob = objects.argmax(-1), objects.max(-1)
+    return [(int(k), np.asarray(boxes[q], dtype=np.float64)) for q, (k, s) in enumerate(zip(cls, prob))
+            if s >= CONFIDENT]
+
+
+def _matched(wanted: list, found: list) -> tuple[int, int]:
+    hits = sum(any(k == j and _iou(b, d) >= MATCH_IOU for j, d in found) for k, b in wanted)
+    return hits, len(wanted)
+
+
+def _iou(a: "np.ndarray", b: "np.ndarray") -> float:
+    """IoU of two (cx, cy, w, h) boxes, DETR's and YOLOS' layout."""
+    ax0, ay0, ax1, ay1 = a[0] - a[2] / 2, a[1] - a[3] / 2, a[0] + a[2] / 2, a[1] + a[3] / 2
+    bx0, by0, bx1, by1 = b[0] - b[2] / 2, b[1] - b[3] / 2, b[0] + b[2] / 2, b[1] + b[3] / 2
+    w, h = max(0.0, min(ax1, bx1) - max(ax0, bx0)), max(0.0, min(ay1, by1) - max(ay0, by0))
+    inter = w * h
+    union = abs(a[2] * a[3]) + abs(b[2] * b[3]) - inter
+    return float(inter / union) if union > 0 else 0.0
+
+
+def _matting(ref: dict, cand: dict) -> dict:
+    import numpy as np
+
+    r = np.asarray(ref["output"], dtype=np.float64)
+    c = np.asarray(cand["output"], dtype=np.float64)
+    if r.shape != c.shape:
+        return {}
+    diff = np.abs(r - c)
+    return {"alpha_mad": float(diff.mean()), "alpha_within_margin": float(np.mean(diff <= MATTING_MARGIN))}
+
+
+_MEASURES = {"embedding": _embedding, "depth": _depth, "segmentation": _segmentation, "detection": _detection,
+             "matting": _matting}

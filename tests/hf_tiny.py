@@ -73,6 +73,14 @@ def _upernet(T):  # like openmmlab/upernet-swin-*: a two-stage Swin, the pyramid
                            use_auxiliary_head=False)
 
 
+def _vitmatte(T):  # like hustvl/vitmatte-small-*: ViTDet with window and global attention, relative positions
+    backbone = T.VitDetConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=IMAGE,
+                              patch_size=16, num_channels=4, out_features=["stage2"], use_relative_position_embeddings=True,
+                              window_block_indices=[0], window_size=2, pretrain_image_size=48)
+    return T.VitMatteConfig(backbone_config=backbone, hidden_size=32, convstream_hidden_sizes=[8, 16, 16],
+                            fusion_hidden_sizes=[16, 16, 16, 8])
+
+
 def _dpt(T):  # like Intel/dpt-large: a fixed resize, bicubic, mean/std 0.5
     return T.DPTImageProcessor(size={"height": IMAGE, "width": IMAGE}, keep_aspect_ratio=False, ensure_multiple_of=1)
 
@@ -106,9 +114,13 @@ TINY = {
         size={"height": IMAGE, "width": IMAGE})),
     "YolosForObjectDetection": lambda T: (T.YolosConfig(**YOLOS, num_labels=LABELS - 1),
                                           T.YolosImageProcessor(size={"height": IMAGE, "width": IMAGE}, do_pad=False)),
+    "VitMatteForImageMatting": lambda T: (_vitmatte(T), T.VitMatteImageProcessor()),
     "DetrForObjectDetection": lambda T: (_detr(T), T.DetrImageProcessor(size={"height": IMAGE, "width": IMAGE},
                                                                         do_pad=False)),
 }
+
+
+CHANNELS = {"VitMatteForImageMatting": 4}  # the image and its trimap; every other one takes RGB
 
 
 def save_tiny(architecture: str, folder: Path, seed: int = 0, processor: bool = True, config=None) -> Path:

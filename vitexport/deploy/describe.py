@@ -127,7 +127,10 @@ def _python(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[s
             "of the round medians, and what the device says of its state (steal and clock on Linux; power mode, "
             "clocks and temperatures on a Jetson), with `devicetiming.py` and `roundstats.py` (bench's statistics), "
             "and what the load cost (a cold load with `pagecache.py`, the first inference, the memory it added), "
-            "each file verified against `manifest.json` like every other.", ""]
+            "each file verified against `manifest.json` like every other.",
+            "5. A model that does not classify is judged in its task's terms too (a depth map by its depth error, "
+            "boxes by the detections they keep), with `taskmeasures.py`: the numbers vitexport's parity check "
+            "computes, and the gate of the package's precision.", ""]
 
 
 def _swift(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[str]:

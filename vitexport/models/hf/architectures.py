@@ -72,6 +72,9 @@ ARCHITECTURES: dict[str, Architecture] = {
     "YolosForObjectDetection": Architecture(DETECTIONS, "YolosImageProcessor", freezes=("yolos-position-embeddings",),
                                             task="detection"),
     # DETR: a CNN backbone (timm's or transformers' ResNet), a transformer encoder-decoder over its features
+    # ViTMatte: a ViTDet backbone with window attention on the image and its trimap (4 channels), alpha (N, 1, H, W)
+    "VitMatteForImageMatting": Architecture(("alphas",), "VitMatteImageProcessor", task="matting",
+                                            attention={"": "eager", "backbone_config": "eager"}),
     "DetrForObjectDetection": Architecture(DETECTIONS, "DetrImageProcessor", task="detection",
                                            attention={"": ATTENTION, "backbone_config": "eager"}),
 }

@@ -39,6 +39,10 @@ def build(spec):
             model, load_notes = load_pretrained(transformers, path, name, arch, config)
             pre = preprocessing(transformers, path, arch.processor, image_size_of(model.config))
     height, width = input_hw(pre, model.config)
+    multiple = pre["processor"].get("pad_to_multiple")
+    if multiple and (height % multiple or width % multiple):  # the pad would change the size image by image
+        raise SourceError(f"hf:{text}: its image processor pads to a multiple of {multiple} and the model's size "
+                          f"{height}x{width} is not one; vitexport exports one size: save it at a multiple of {multiple}")
     shape = (spec.input_shape[0] if spec.input_shape else 1, config_value(model.config, "num_channels", 3),
              height, width)
     if spec.input_shape and tuple(spec.input_shape[1:]) != shape[1:]:

@@ -22,7 +22,10 @@ from vitexport.models.hf.files import PROCESSOR
 # may do more than `pixels` does; DPT's does more only with the settings `SIZE_RULES` refuses.
 SUPPORTED = ("ViTImageProcessor", "DeiTImageProcessor", "BeitImageProcessor", "BitImageProcessor",
              "CLIPImageProcessor", "SiglipImageProcessor", "DPTImageProcessor", "SegformerImageProcessor",
-             "YolosImageProcessor", "DetrImageProcessor")
+             "YolosImageProcessor", "DetrImageProcessor", "VitMatteImageProcessor")
+# ViTMatte's processor takes each image with its trimap, rescaled (not normalised) as a fourth channel,
+# and pads both to a multiple of `size_divisor`: none at an export size that already is one (model.py).
+TRIMAP = ("VitMatteImageProcessor",)
 # Settings that make the resized size depend on the image (vitexport's artifacts take one size):
 # (attribute, the value vitexport reproduces, what the setting does)
 SIZE_RULES = (("keep_aspect_ratio", False, "keeps the aspect ratio"),
@@ -60,7 +63,8 @@ def recipe(proc, origin: str, where: str) -> dict[str, Any]:
     if name not in SUPPORTED or getattr(proc, "backend", None) != "torchvision":
         raise SourceError(f"hf:{where}: its image processor {name} is not one vitexport reproduces "
                           f"({', '.join(SUPPORTED)}, torchvision backend)")
-    if getattr(proc, "do_pad", False):
+    pad = int(getattr(proc, "size_divisor", 0) or 0) if name in TRIMAP and getattr(proc, "do_pad", False) else None
+    if getattr(proc, "do_pad", False) and not pad:
         raise SourceError(f"hf:{where}: {name} pads images (do_pad), which vitexport does not reproduce")
     for key, plain, does in SIZE_RULES:
         value = getattr(proc, key, plain)
@@ -79,6 +83,9 @@ def recipe(proc, origin: str, where: str) -> dict[str, Any]:
              "resize": resize, "resample": RESAMPLE[proc.resample] if resize else None, "antialias": True,
              "center_crop": crop, "rescale_factor": rescale, "image_mean": mean, "image_std": std}
     eff_mean, eff_std = unit_normalisation(rescale, mean, std)
+    if name in TRIMAP:  # the trimap's channel: rescaled alone, so x / 255 / (1 / (255 * rescale))
+        steps.update(trimap=True, pad_to_multiple=pad)
+        eff_mean, eff_std = eff_mean + [0.0], eff_std + unit_normalisation(rescale, None, None)[1][:1]
     return {"mean": eff_mean, "std": eff_std, "processor": steps, "description": describe(steps)}
 
 
@@ -123,6 +130,10 @@ def describe(steps: dict[str, Any]) -> str:
         parts.append(f"rescale x{steps['rescale_factor']:.6g}")
     if steps["image_mean"] is not None:
         parts.append(f"normalise mean {_short(steps['image_mean'])} std {_short(steps['image_std'])}")
+    if steps.get("trimap"):
+        parts.append("the trimap rescaled as a fourth channel")
+    if steps.get("pad_to_multiple"):
+        parts.append(f"pad to a multiple of {steps['pad_to_multiple']}")
     return f"{steps['class']} (transformers' default torchvision backend): " + ", ".join(parts)
 
 

@@ -73,6 +73,17 @@ def _upernet(T):  # like openmmlab/upernet-swin-*: a two-stage Swin, the pyramid
                            use_auxiliary_head=False)
 
 
+# MobileViT downsamples 32x: 64x64 gives 2x2 logits. Its default initialisation (std 0.02, BatchNorm
+# scales included) shrinks activations 50x a stage, to outputs of exactly 0 here; std 0.35 keeps them
+# of order one and dependent on the input.
+MOBILEVIT = dict(image_size=64, patch_size=2, num_attention_heads=2, aspp_out_channels=16, num_labels=LABELS,
+                 initializer_range=0.35)
+
+
+def _mobilevit(T):  # like apple/deeplabv3-mobilevit-small: shorter side, crop, rescale, BGR
+    return T.MobileViTImageProcessor(size={"shortest_edge": 72}, crop_size={"height": 64, "width": 64})
+
+
 def _vitmatte(T):  # like hustvl/vitmatte-small-*: ViTDet with window and global attention, relative positions
     backbone = T.VitDetConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=IMAGE,
                               patch_size=16, num_channels=4, out_features=["stage2"], use_relative_position_embeddings=True,
@@ -114,6 +125,11 @@ TINY = {
         size={"height": IMAGE, "width": IMAGE})),
     "YolosForObjectDetection": lambda T: (T.YolosConfig(**YOLOS, num_labels=LABELS - 1),
                                           T.YolosImageProcessor(size={"height": IMAGE, "width": IMAGE}, do_pad=False)),
+    "MobileViTForSemanticSegmentation": lambda T: (T.MobileViTConfig(**MOBILEVIT, hidden_sizes=[16, 24, 32],
+                                                                     neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 48]),
+                                                   _mobilevit(T)),
+    "MobileViTV2ForSemanticSegmentation": lambda T: (T.MobileViTV2Config(**MOBILEVIT, width_multiplier=0.25),
+                                                     _mobilevit(T)),
     "VitMatteForImageMatting": lambda T: (_vitmatte(T), T.VitMatteImageProcessor()),
     "DetrForObjectDetection": lambda T: (_detr(T), T.DetrImageProcessor(size={"height": IMAGE, "width": IMAGE},
                                                                         do_pad=False)),
@@ -121,6 +137,7 @@ TINY = {
 
 
 CHANNELS = {"VitMatteForImageMatting": 4}  # the image and its trimap; every other one takes RGB
+SIZES = {"MobileViTForSemanticSegmentation": 64, "MobileViTV2ForSemanticSegmentation": 64}  # else IMAGE
 
 
 def save_tiny(architecture: str, folder: Path, seed: int = 0, processor: bool = True, config=None) -> Path:

@@ -273,6 +273,7 @@ class MLModel:
         pre = json.loads((folder / "preprocessing.json").read_text())
         self.mean = np.array(pre["mean"]).reshape(-1, 1, 1)
         self.std = np.array(pre["std"]).reshape(-1, 1, 1)
+        self.bgr = (pre.get("processor") or {}).get("channel_order") == "BGR"  # the image input's color layout
         self.rows = [(x, y) for c in golden["cases"]
                      for x, y in zip(np.load(folder / c["input"]), np.load(folder / c["outputs"][0]))]
         self.name = golden["output_names"][0]
@@ -282,21 +283,28 @@ class MLModel:
         (value,) = inputs.values()
         if hasattr(value, "mode"):  # a PIL image, as Core ML takes an image input
             assert value.mode == "RGB"
-            value = ((np.asarray(value, dtype=np.float64).transpose(2, 0, 1) / 255 - self.mean) / self.std)[None]
+            planes = np.asarray(value, dtype=np.float64).transpose(2, 0, 1)
+            planes = planes[::-1] if self.bgr else planes  # Core ML hands a BGR model the planes as BGR
+            value = ((planes / 255 - self.mean) / self.std)[None]
         found = [next(y for x, y in self.rows if np.abs(x - row).max() < 1e-5) for row in np.asarray(value)]
         return {self.name: np.stack(found)}
 ''',
 }
 
 
-def test_a_core_ml_package_for_macos_runs_core_ml_with_the_compute_units_asked_for(exported, labels_file, tmp_path):
-    artifact = exported("coreml", image_input=True, labels=str(labels_file))
-    folder = Path(package(artifact, "macos", out_dir=tmp_path)["package"])
-    device = copy_to_device(folder, tmp_path)
+def fake_coreml(tmp_path: Path) -> Path:
     fake = tmp_path / "fake"
     for name, text in FAKE_COREML.items():
         (fake / name).parent.mkdir(parents=True, exist_ok=True)
         (fake / name).write_text(text)
+    return fake
+
+
+def test_a_core_ml_package_for_macos_runs_core_ml_with_the_compute_units_asked_for(exported, labels_file, tmp_path):
+    artifact = exported("coreml", image_input=True, labels=str(labels_file))
+    folder = Path(package(artifact, "macos", out_dir=tmp_path)["package"])
+    device = copy_to_device(folder, tmp_path)
+    fake = fake_coreml(tmp_path)
     log = tmp_path / "units.txt"
     run = run_check(device, "--compute-units", "cpu_and_ne", path=(str(fake),), env={"FAKE_COREML_LOG": str(log)})
     assert run.returncode == 0, run.stdout + run.stderr
@@ -306,3 +314,18 @@ def test_a_core_ml_package_for_macos_runs_core_ml_with_the_compute_units_asked_f
     assert report["device"]["runtime"] == "Core ML (coremltools fake)"
     off = run_check(device, absent=("vitexport", "coremltools"))  # a Mac without coremltools
     assert off.returncode == 3 and "Core ML cannot run here" in off.stderr and "coremltools" in off.stderr
+
+
+def test_a_bgr_models_image_is_handed_to_core_ml_as_the_rgb_image_it_was(hf_dir, tmp_path):
+    """MobileViT takes BGR: the package's check turns the golden input back into the RGB image a camera
+    gives, and Core ML (its image input laid out BGR) hands the model the planes it was checked with."""
+    from vitexport import api
+    from vitexport.backends.coreml.options import CoreMLOptions
+
+    spec = api.SourceSpec(f"hf:{hf_dir('MobileViTForSemanticSegmentation')}")
+    artifact = api.export("coreml", spec, CoreMLOptions(image_input=True, precision="fp32"), tmp_path / "out")["artifact"]
+    folder = Path(package(artifact, "macos", out_dir=tmp_path / "packages")["package"])
+    assert manifest.read(folder)["runner"]["settings"]["channel_order"] == "BGR"
+    device = copy_to_device(folder, tmp_path)
+    run = run_check(device, path=(str(fake_coreml(tmp_path)),), env={"FAKE_COREML_LOG": str(tmp_path / "units")})
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hf_tiny import CHANNELS, TINY, save_tiny
+from hf_tiny import CHANNELS, IMAGE, SIZES, TINY, save_tiny
 from typer.testing import CliRunner
 
 from vitexport import api
@@ -56,20 +56,20 @@ def test_loaded_model_computes_what_transformers_computes(hf_dir, arch):
     folder = hf_dir(arch)
     loaded = load(SourceSpec(f"hf:{folder}"))
     fields = list(ARCHITECTURES[arch].outputs)
-    channels = CHANNELS.get(arch, 3)
-    assert loaded.kind == "hf" and loaded.input_shape == (1, channels, 32, 32) and loaded.name == folder.name
+    channels, size = CHANNELS.get(arch, 3), SIZES.get(arch, IMAGE)
+    assert loaded.kind == "hf" and loaded.input_shape == (1, channels, size, size) and loaded.name == folder.name
     assert loaded.output_names == (None if fields == ["logits"] else fields)
     assert loaded.weights_sha256 == sha256_file(folder / "model.safetensors")
     assert loaded.notes[0].startswith(f"{arch} loaded with transformers")
     assert f"attn_implementation={ARCHITECTURES[arch].attention}" in loaded.notes[0]
-    x = torch.randn(2, channels, 32, 32, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(2, channels, size, size, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ours = loaded.model(x)
     ours = dict(zip(fields, ours if isinstance(ours, tuple) else (ours,)))
     want = reference_outputs(arch, folder, x)
     for name in fields:
         torch.testing.assert_close(ours[name], want[name], rtol=1e-5, atol=1e-6, msg=name)
-    frozen = [n for n in loaded.notes if "frozen" in n]
+    frozen = [n for n in loaded.notes if "frozen" in n or "rewritten" in n]
     assert len(frozen) == len(ARCHITECTURES[arch].freezes)
 
 
@@ -151,12 +151,13 @@ def trimap_difference(folder: Path, loaded) -> float:
     return float(np.abs((unit - mean) / std - theirs).max())
 
 
-# Processors whose defaults are not one fixed size (SegFormer's 512, YOLOS's padded shorter side 800, DPT's
+# Processors whose defaults are not one fixed size (SegFormer's 512, MobileViT's crop beyond its resize, YOLOS's padded shorter side 800, DPT's
 # aspect-keeping 384), at the fixed size a deployed model of theirs takes; their defaults are refused (HF_BAD).
 AT_224 = {"DPTImageProcessor": dict(size={"height": 224, "width": 224}, keep_aspect_ratio=False, ensure_multiple_of=1),
           "SegformerImageProcessor": dict(size={"height": 224, "width": 224}),
           "YolosImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False),
-          "DetrImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False)}
+          "DetrImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False),
+          "MobileViTImageProcessor": dict(size={"shortest_edge": 256}, crop_size={"height": 224, "width": 224})}
 
 
 @pytest.mark.parametrize("processor", [p for p in SUPPORTED if p not in TRIMAP])  # ViTMatte's: above

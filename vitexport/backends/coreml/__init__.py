@@ -149,9 +149,12 @@ class CoreMLBackend(Backend):
         if target.name not in ("macos", "ios"):
             raise UsageError(f"a Core ML package runs on Apple devices, not {target.device}: choose --target ios or "
                              "macos (or export ONNX or ExecuTorch for it)")
+        from vitexport.backends.coreml.convert import channel_order
+
         pre = record.source.preprocessing
         settings = {"file": path.name, "input_name": record.input_names[0], "output_names": list(record.output_names),
-                    "image_input": bool(record.info.get("image_input")), "mean": pre.get("mean"), "std": pre.get("std")}
+                    "image_input": bool(record.info.get("image_input")), "mean": pre.get("mean"), "std": pre.get("std"),
+                    "channel_order": channel_order(pre)}
         notes = ("The Neural Engine computes in fp16: an fp32 package run there (cpu_and_ne, or all when Core ML "
                  "picks it) is judged against fp32's tolerance unless you pass `--atol 0.05 --rtol 0.05` to "
                  "`vitexport verify --device-report`, or export with --precision fp16.",)

@@ -62,7 +62,8 @@ def convert(loaded, options: CoreMLOptions, out_path: Path) -> dict:
                 program, rewrites = exported_program(model, example, dynamic)
                 _register_gelu()
                 mlmodel, path, fallback = converted(
-                    ct, program, model, example, inputs=[_input_type(ct, options, shape, batches)],
+                    ct, program, model, example, inputs=[_input_type(ct, options, shape, batches,
+                                                                     channel_order(loaded.preprocessing))],
                     outputs=[ct.TensorType(name=n) for n in output_names(loaded, options)], convert_to="mlprogram",
                     minimum_deployment_target=getattr(ct.target, options.target),
                     compute_precision=ct.precision.FLOAT16 if options.precision == "fp16" else ct.precision.FLOAT32)
@@ -103,10 +104,16 @@ def _register_gelu() -> None:
         _TORCH_OPS_REGISTRY.set_func_by_name(_gelu, "gelu")
 
 
-def _input_type(ct, options: CoreMLOptions, shape, batches):
+def channel_order(preprocessing: dict) -> str:
+    """The order of the channels the model takes: RGB, or BGR (MobileViT's processor flips them)."""
+    return (preprocessing.get("processor") or {}).get("channel_order", "RGB")
+
+
+def _input_type(ct, options: CoreMLOptions, shape, batches, order: str):
     dims = ct.EnumeratedShapes(shapes=[(b, *shape[1:]) for b in batches]) if batches else tuple(shape)
-    if options.image_input:
-        return ct.ImageType(name=options.input_name, shape=dims, scale=1.0, color_layout=ct.colorlayout.RGB)
+    if options.image_input:  # Core ML hands the program the image's planes in this order, whatever the buffer's
+        layout = ct.colorlayout.BGR if order == "BGR" else ct.colorlayout.RGB
+        return ct.ImageType(name=options.input_name, shape=dims, scale=1.0, color_layout=layout)
     return ct.TensorType(name=options.input_name, shape=dims)
 
 
@@ -138,10 +145,11 @@ def _describe(mlmodel, loaded, options: CoreMLOptions, labels: list[str] | None)
     meta["com.vitexport.source"] = loaded.spec.model
     meta["com.vitexport.version"] = __version__
     meta["com.vitexport.preprocessing"] = json.dumps(
-        {**loaded.preprocessing, "input": "RGB 0-255 pixels, normalisation inside the model"
+        {**loaded.preprocessing, "input": f"{channel_order(loaded.preprocessing)} 0-255 pixels, normalisation inside "
+                                          "the model"
          if options.image_input else "normalised float tensor (x / 255 - mean) / std"})
     if labels:
         meta["com.vitexport.labels"] = json.dumps(labels)
-    mlmodel.input_description[options.input_name] = "RGB image" if options.image_input else "normalised pixels, NCHW"
+    mlmodel.input_description[options.input_name] = "image" if options.image_input else "normalised pixels, NCHW"
     for name in output_names(loaded, options):
         mlmodel.output_description[name] = "class logits" if name == "logits" else name.replace("_", " ")

@@ -72,6 +72,12 @@ ARCHITECTURES: dict[str, Architecture] = {
     "YolosForObjectDetection": Architecture(DETECTIONS, "YolosImageProcessor", freezes=("yolos-position-embeddings",),
                                             task="detection"),
     # DETR: a CNN backbone (timm's or transformers' ResNet), a transformer encoder-decoder over its features
+    # MobileViT (v1, v2) with a DeepLabV3 head: convolutions and transformer blocks, logits at 1/32 of the
+    # input; their processor hands the model BGR, rescaled and not normalised
+    "MobileViTForSemanticSegmentation": Architecture(CLASSIFIER, "MobileViTImageProcessor", task="segmentation",
+                                                     attention="eager"),
+    "MobileViTV2ForSemanticSegmentation": Architecture(CLASSIFIER, "MobileViTImageProcessor", task="segmentation",
+                                                       attention="eager", freezes=("mobilevitv2-patches",)),
     # ViTMatte: a ViTDet backbone with window attention on the image and its trimap (4 channels), alpha (N, 1, H, W)
     "VitMatteForImageMatting": Architecture(("alphas",), "VitMatteImageProcessor", task="matting",
                                             attention={"": "eager", "backbone_config": "eager"}),

@@ -1,6 +1,7 @@
 """Export-time freezes. Some models recompute a constant on every forward in a way an exporter
 cannot follow; a freeze computes it once at the export resolution, keeps it in a buffer and makes
-the module return it. The model then computes exactly what it did (the tests compare bit for bit),
+the module return it. A few rewrite an op a runtime lacks into ops that move the same elements
+(MobileViTV2's patch folding). The model then computes exactly what it did (the tests compare bit for bit),
 but only at that resolution, which is the one every vitexport artifact has (only the batch varies).
 
 Each freeze returns a note for the sidecar, or None when the model has nothing to freeze.
@@ -106,8 +107,38 @@ def _frozen_resize(self, *args, **kwargs):
     return self.frozen_position_embeddings
 
 
+def mobilevitv2_patches(model, height: int, width: int) -> str | None:
+    """MobileViTV2 cuts its feature maps into patches with `unfold` and puts them back with `fold`,
+    which export as ONNX Col2Im, an op TensorRT's parser rejects. With the kernel its stride, both only
+    move elements: the same as a reshape and a transpose, computed bit for bit alike."""
+    layer_class = _modeling("mobilevitv2").MobileViTV2Layer
+    layers = [m for m in model.modules() if isinstance(m, layer_class)]
+    for layer in layers:
+        layer.unfolding = types.MethodType(_patches_by_reshape, layer)
+        layer.folding = types.MethodType(_map_by_reshape, layer)
+    if not layers:
+        return None
+    return (f"MobileViTV2 unfold and fold of non-overlapping patches ({len(layers)} layer(s)) rewritten as reshapes "
+            "and transposes: the ONNX Col2Im they export to has no TensorRT conversion")
+
+
+def _patches_by_reshape(self, feature_map):
+    b, c, h, w = feature_map.shape
+    ph, pw = self.patch_height, self.patch_width
+    grid = feature_map.reshape(b, c, h // ph, ph, w // pw, pw).permute(0, 1, 3, 5, 2, 4)
+    return grid.reshape(b, c, ph * pw, (h // ph) * (w // pw)), (h, w)
+
+
+def _map_by_reshape(self, patches, output_size):
+    b, c, _, _ = patches.shape
+    (h, w), ph, pw = output_size, self.patch_height, self.patch_width
+    grid = patches.reshape(b, c, ph, pw, h // ph, w // pw).permute(0, 1, 4, 2, 5, 3)
+    return grid.reshape(b, c, h, w)
+
+
 FREEZES: dict[str, Callable[..., str | None]] = {
     "beit-relative-position-bias": beit_relative_position_bias,
     "dinov2-position-embeddings": dinov2_position_embeddings,
     "yolos-position-embeddings": yolos_position_embeddings,
+    "mobilevitv2-patches": mobilevitv2_patches,
 }

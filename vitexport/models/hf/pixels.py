@@ -11,7 +11,8 @@ import numpy as np
 
 
 def processor_pixels(im, steps: dict[str, Any], shape: tuple[int, ...]) -> np.ndarray:
-    """An opened PIL image -> (3, H, W) float32 for a model taking `shape` (N, 3, H, W)."""
+    """An opened PIL image -> (3, H, W) float32 for a model taking `shape` (N, 3, H, W), in the channel
+    order the processor hands the model (RGB, or MobileViT's BGR)."""
     import torch
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.v2 import functional as tvF
@@ -30,7 +31,8 @@ def processor_pixels(im, steps: dict[str, Any], shape: tuple[int, ...]) -> np.nd
         size = "x".join(map(str, t.shape[-2:]))
         raise ValueError(f"{steps['class']} made it {size}, not the model's {shape[2]}x{shape[3]} (no centre crop "
                          "after an aspect-preserving resize)")
-    return normalised(t, steps).numpy()
+    t = normalised(t, steps)
+    return (t.flip(0) if steps.get("channel_order") == "BGR" else t).numpy()  # as MobileViT's processor, last
 
 
 def rgb(im, convert_rgb: bool):

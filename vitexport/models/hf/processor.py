@@ -22,7 +22,7 @@ from vitexport.models.hf.files import PROCESSOR
 # may do more than `pixels` does; DPT's does more only with the settings `SIZE_RULES` refuses.
 SUPPORTED = ("ViTImageProcessor", "DeiTImageProcessor", "BeitImageProcessor", "BitImageProcessor",
              "CLIPImageProcessor", "SiglipImageProcessor", "DPTImageProcessor", "SegformerImageProcessor",
-             "YolosImageProcessor", "DetrImageProcessor", "VitMatteImageProcessor")
+             "YolosImageProcessor", "DetrImageProcessor", "VitMatteImageProcessor", "MobileViTImageProcessor")
 # ViTMatte's processor takes each image with its trimap, rescaled (not normalised) as a fourth channel,
 # and pads both to a multiple of `size_divisor`: none at an export size that already is one (model.py).
 TRIMAP = ("VitMatteImageProcessor",)
@@ -83,6 +83,9 @@ def recipe(proc, origin: str, where: str) -> dict[str, Any]:
              "resize": resize, "resample": RESAMPLE[proc.resample] if resize else None, "antialias": True,
              "center_crop": crop, "rescale_factor": rescale, "image_mean": mean, "image_std": std}
     eff_mean, eff_std = unit_normalisation(rescale, mean, std)
+    if getattr(proc, "do_flip_channel_order", False):  # MobileViT's: the model takes BGR, flipped last
+        steps["channel_order"] = "BGR"
+        eff_mean, eff_std = eff_mean[::-1], eff_std[::-1]
     if name in TRIMAP:  # the trimap's channel: rescaled alone, so x / 255 / (1 / (255 * rescale))
         steps.update(trimap=True, pad_to_multiple=pad)
         eff_mean, eff_std = eff_mean + [0.0], eff_std + unit_normalisation(rescale, None, None)[1][:1]
@@ -130,6 +133,8 @@ def describe(steps: dict[str, Any]) -> str:
         parts.append(f"rescale x{steps['rescale_factor']:.6g}")
     if steps["image_mean"] is not None:
         parts.append(f"normalise mean {_short(steps['image_mean'])} std {_short(steps['image_std'])}")
+    if steps.get("channel_order") == "BGR":
+        parts.append("flip the channels to BGR")
     if steps.get("trimap"):
         parts.append("the trimap rescaled as a fourth channel")
     if steps.get("pad_to_multiple"):

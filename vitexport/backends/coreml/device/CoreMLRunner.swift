@@ -16,6 +16,7 @@ final class CoreMLRunner: ArtifactRunner {
     private let inputName: String
     private let outputNames: [String]
     private let imageInput: Bool
+    private let bgr: Bool  // Core ML hands such a model the image's planes as BGR
     private let mean: [Float], std: [Float]
     let facts: [String: Any]
 
@@ -30,6 +31,7 @@ final class CoreMLRunner: ArtifactRunner {
         inputName = settings["input_name"] as? String ?? "pixel_values"
         outputNames = settings["output_names"] as? [String] ?? ["logits"]
         imageInput = settings["image_input"] as? Bool ?? false
+        bgr = settings["channel_order"] as? String == "BGR"
         mean = (settings["mean"] as? [Double] ?? [0, 0, 0]).map(Float.init)
         std = (settings["std"] as? [Double] ?? [1, 1, 1]).map(Float.init)
         facts = ["runtime": "Core ML", "compute_units": computeUnits, "provider": "coreml-\(computeUnits)"]
@@ -70,9 +72,9 @@ final class CoreMLRunner: ArtifactRunner {
         let rowBytes = CVPixelBufferGetBytesPerRow(buffer), plane = height * width
         for y in 0..<height {
             for x in 0..<width {
-                for c in 0..<3 {  // BGRA: blue first
+                for c in 0..<3 {  // BGRA: blue first; a BGR model's planes are in that order already
                     let value = (input[c * plane + y * width + x] * std[c] + mean[c]) * 255
-                    base[y * rowBytes + x * 4 + 2 - c] = UInt8(max(0, min(255, value.rounded())))
+                    base[y * rowBytes + x * 4 + (bgr ? c : 2 - c)] = UInt8(max(0, min(255, value.rounded())))
                 }
                 base[y * rowBytes + x * 4 + 3] = 255
             }

@@ -1,7 +1,7 @@
 """Runs this package's Core ML model with Core ML itself (coremltools' MLModel.predict), for check.py
 on a Mac (numpy and coremltools; Pillow too for an image-input package).
 
-settings (manifest.json): file, input_name, output_names, image_input, mean, std.
+settings (manifest.json): file, input_name, output_names, image_input, mean, std, channel_order.
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class CoreMLRunner:
         self.input_name, self.output_names = settings["input_name"], list(settings["output_names"])
         self.image_input = bool(settings.get("image_input"))
         self.mean, self.std = settings.get("mean"), settings.get("std")
+        self.bgr = settings.get("channel_order") == "BGR"  # Core ML hands such a model the image's planes as BGR
         self.facts = {"runtime": "Core ML (coremltools {})".format(ct.__version__), "compute_units": units,
                       "provider": "coreml-" + units, "macos": platform.mac_ver()[0] or None}
 
@@ -45,7 +46,8 @@ class CoreMLRunner:
         std = np.asarray(self.std, dtype=np.float64).reshape(-1, 1, 1)
         rows = []
         for row in np.asarray(x, dtype=np.float64):  # normalised -> the 8-bit RGB image it came from
-            pixels = np.clip(np.round((row * std + mean) * 255.0), 0, 255).astype(np.uint8).transpose(1, 2, 0)
+            pixels = np.clip(np.round((row * std + mean) * 255.0), 0, 255).astype(np.uint8)
+            pixels = (pixels[::-1] if self.bgr else pixels).transpose(1, 2, 0)  # a BGR model's planes, as RGB
             out = self.model.predict({self.input_name: Image.fromarray(pixels, "RGB")})
             rows.append([np.asarray(out[n], dtype=np.float32) for n in self.output_names])
         return [np.concatenate([r[i] for r in rows]) for i in range(len(self.output_names))]

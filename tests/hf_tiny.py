@@ -84,6 +84,16 @@ def _mobilevit(T):  # like apple/deeplabv3-mobilevit-small: shorter side, crop, 
     return T.MobileViTImageProcessor(size={"shortest_edge": 72}, crop_size={"height": 64, "width": 64})
 
 
+# SAM's ViT: windowed attention in its first layer, global in its second, 16 output channels; its
+# default initialisation (std 1e-10) makes outputs of 1e-22: std 0.02 here.
+SAM = dict(LAYERS, image_size=IMAGE, patch_size=PATCH, output_channels=16, window_size=2, global_attn_indexes=[1],
+           mlp_dim=64, initializer_range=0.02)
+
+
+def _sam(T):  # like facebook/sam-vit-base: the longer side to 1024, pad to 1024x1024
+    return T.SamImageProcessor(size={"longest_edge": IMAGE}, pad_size={"height": IMAGE, "width": IMAGE})
+
+
 def _vitmatte(T):  # like hustvl/vitmatte-small-*: ViTDet with window and global attention, relative positions
     backbone = T.VitDetConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=IMAGE,
                               patch_size=16, num_channels=4, out_features=["stage2"], use_relative_position_embeddings=True,
@@ -130,6 +140,8 @@ TINY = {
                                                    _mobilevit(T)),
     "MobileViTV2ForSemanticSegmentation": lambda T: (T.MobileViTV2Config(**MOBILEVIT, width_multiplier=0.25),
                                                      _mobilevit(T)),
+    "SamVisionModel": lambda T: (T.SamVisionConfig(**SAM), _sam(T)),
+    "SamModel": lambda T: (T.SamConfig(vision_config=SAM), _sam(T)),
     "VitMatteForImageMatting": lambda T: (_vitmatte(T), T.VitMatteImageProcessor()),
     "DetrForObjectDetection": lambda T: (_detr(T), T.DetrImageProcessor(size={"height": IMAGE, "width": IMAGE},
                                                                         do_pad=False)),

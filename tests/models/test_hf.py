@@ -42,6 +42,8 @@ def reference_outputs(arch: str, folder: Path, x: torch.Tensor) -> dict[str, tor
             vision = full.vision_model(pixel_values=x)
             return {"image_embeds": full.visual_projection(vision.pooler_output),
                     "last_hidden_state": vision.last_hidden_state}
+        if arch == "SamModel":  # the image encoder of the whole SAM
+            return dict(T.SamModel.from_pretrained(folder).eval().vision_encoder(pixel_values=x))
         if arch == "SiglipModel":
             return dict(T.SiglipModel.from_pretrained(folder).eval().vision_model(pixel_values=x))
         return dict(getattr(T, arch).from_pretrained(folder).eval()(pixel_values=x))
@@ -151,12 +153,13 @@ def trimap_difference(folder: Path, loaded) -> float:
     return float(np.abs((unit - mean) / std - theirs).max())
 
 
-# Processors whose defaults are not one fixed size (SegFormer's 512, MobileViT's crop beyond its resize, YOLOS's padded shorter side 800, DPT's
+# Processors whose defaults are not one fixed size (SegFormer's 512, MobileViT's crop beyond its resize, SAM's 1024, YOLOS's padded shorter side 800, DPT's
 # aspect-keeping 384), at the fixed size a deployed model of theirs takes; their defaults are refused (HF_BAD).
 AT_224 = {"DPTImageProcessor": dict(size={"height": 224, "width": 224}, keep_aspect_ratio=False, ensure_multiple_of=1),
           "SegformerImageProcessor": dict(size={"height": 224, "width": 224}),
           "YolosImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False),
           "DetrImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False),
+          "SamImageProcessor": dict(size={"longest_edge": 224}, pad_size={"height": 224, "width": 224}),
           "MobileViTImageProcessor": dict(size={"shortest_edge": 256}, crop_size={"height": 224, "width": 224})}
 
 

@@ -72,6 +72,11 @@ ARCHITECTURES: dict[str, Architecture] = {
     "YolosForObjectDetection": Architecture(DETECTIONS, "YolosImageProcessor", freezes=("yolos-position-embeddings",),
                                             task="detection"),
     # DETR: a CNN backbone (timm's or transformers' ResNet), a transformer encoder-decoder over its features
+    # SAM's image encoder: a ViT with windowed and global attention and a convolutional neck; its
+    # image embeddings (N, C, H/16, W/16) feed SAM's prompt decoder. Published folders hold the whole SAM.
+    "SamVisionModel": Architecture(("last_hidden_state",), "SamImageProcessor", task="embedding"),
+    "SamModel": Architecture(("last_hidden_state",), "SamImageProcessor", task="embedding", loads_as="SamVisionModel",
+                             unused=("shared_image_embedding.", "prompt_encoder.", "mask_decoder.")),
     # MobileViT (v1, v2) with a DeepLabV3 head: convolutions and transformer blocks, logits at 1/32 of the
     # input; their processor hands the model BGR, rescaled and not normalised
     "MobileViTForSemanticSegmentation": Architecture(CLASSIFIER, "MobileViTImageProcessor", task="segmentation",

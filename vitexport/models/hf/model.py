@@ -122,7 +122,7 @@ def load_pretrained(transformers, path: Path, name: str, arch: Architecture, con
     for module in model.modules():
         if isinstance(module, transformers.PreTrainedModel):
             hasattr(module, "loss_function")
-    notes = [f"vision tower loaded as {cls.__name__}; {len(ignored)} tensors of the other tower left unused"] \
+    notes = [f"vision tower loaded as {cls.__name__}; {len(ignored)} tensors outside it left unused"] \
         if arch.loads_as else []
     return model.eval(), notes
 
@@ -145,8 +145,11 @@ def image_size_of(config) -> int:
 
 
 def input_hw(pre: dict[str, Any], config) -> tuple[int, int]:
-    """What the processor hands the model: the crop, else a fixed resize, else the config's size."""
+    """What the processor hands the model: the pad's size, else the crop, else a fixed resize, else the
+    config's size."""
     steps = pre["processor"]
+    if steps.get("pad_to"):
+        return steps["pad_to"]["height"], steps["pad_to"]["width"]
     if steps["center_crop"]:
         return steps["center_crop"]["height"], steps["center_crop"]["width"]
     if steps["resize"] and "height" in steps["resize"]:

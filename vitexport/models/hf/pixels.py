@@ -27,11 +27,15 @@ def processor_pixels(im, steps: dict[str, Any], shape: tuple[int, ...]) -> np.nd
                        antialias=True)
     if steps["center_crop"]:
         t = center_crop(t, steps["center_crop"]["height"], steps["center_crop"]["width"])
+    t = normalised(t, steps)
+    if steps.get("pad_to"):  # SAM's: zeros after normalising, below and to the right of the image
+        pad_h, pad_w = steps["pad_to"]["height"] - t.shape[-2], steps["pad_to"]["width"] - t.shape[-1]
+        if pad_h >= 0 and pad_w >= 0:
+            t = tvF.pad(t, [0, 0, pad_w, pad_h], fill=0)
     if tuple(t.shape[-2:]) != tuple(shape[2:]):
         size = "x".join(map(str, t.shape[-2:]))
         raise ValueError(f"{steps['class']} made it {size}, not the model's {shape[2]}x{shape[3]} (no centre crop "
                          "after an aspect-preserving resize)")
-    t = normalised(t, steps)
     return (t.flip(0) if steps.get("channel_order") == "BGR" else t).numpy()  # as MobileViT's processor, last
 
 
@@ -48,10 +52,14 @@ def rgb(im, convert_rgb: bool):
 
 def resized_hw(hw, resize: dict[str, int]) -> list[int]:
     """Target (height, width): fixed, or the shorter side at `shortest_edge` and the longer scaled
-    and floored (transformers' get_resize_output_image_size)."""
+    and floored (transformers' get_resize_output_image_size), or the longer side at `longest_edge`
+    and the shorter scaled and rounded (SAM's processor)."""
+    height, width = int(hw[0]), int(hw[1])
+    if "longest_edge" in resize:
+        scale = resize["longest_edge"] * 1.0 / max(height, width)
+        return [int(height * scale + 0.5), int(width * scale + 0.5)]
     if "shortest_edge" not in resize:
         return [resize["height"], resize["width"]]
-    height, width = int(hw[0]), int(hw[1])
     short, long = (width, height) if width <= height else (height, width)
     new_short, new_long = resize["shortest_edge"], int(resize["shortest_edge"] * long / short)
     return [new_long, new_short] if width <= height else [new_short, new_long]

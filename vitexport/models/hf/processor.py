@@ -22,7 +22,11 @@ from vitexport.models.hf.files import PROCESSOR
 # may do more than `pixels` does; DPT's does more only with the settings `SIZE_RULES` refuses.
 SUPPORTED = ("ViTImageProcessor", "DeiTImageProcessor", "BeitImageProcessor", "BitImageProcessor",
              "CLIPImageProcessor", "SiglipImageProcessor", "DPTImageProcessor", "SegformerImageProcessor",
-             "YolosImageProcessor", "DetrImageProcessor", "VitMatteImageProcessor", "MobileViTImageProcessor")
+             "YolosImageProcessor", "DetrImageProcessor", "VitMatteImageProcessor", "MobileViTImageProcessor",
+             "SamImageProcessor")
+# SAM's processor resizes the longer side and pads every image to one size (`pad_size`), zeros after
+# normalising: the model's input has that size whatever the image's shape.
+PADS_TO_SIZE = ("SamImageProcessor",)
 # ViTMatte's processor takes each image with its trimap, rescaled (not normalised) as a fourth channel,
 # and pads both to a multiple of `size_divisor`: none at an export size that already is one (model.py).
 TRIMAP = ("VitMatteImageProcessor",)
@@ -64,7 +68,8 @@ def recipe(proc, origin: str, where: str) -> dict[str, Any]:
         raise SourceError(f"hf:{where}: its image processor {name} is not one vitexport reproduces "
                           f"({', '.join(SUPPORTED)}, torchvision backend)")
     pad = int(getattr(proc, "size_divisor", 0) or 0) if name in TRIMAP and getattr(proc, "do_pad", False) else None
-    if getattr(proc, "do_pad", False) and not pad:
+    pad_to = _pad_size(proc) if name in PADS_TO_SIZE and getattr(proc, "do_pad", False) else None
+    if getattr(proc, "do_pad", False) and not (pad or pad_to):
         raise SourceError(f"hf:{where}: {name} pads images (do_pad), which vitexport does not reproduce")
     for key, plain, does in SIZE_RULES:
         value = getattr(proc, key, plain)
@@ -83,6 +88,8 @@ def recipe(proc, origin: str, where: str) -> dict[str, Any]:
              "resize": resize, "resample": RESAMPLE[proc.resample] if resize else None, "antialias": True,
              "center_crop": crop, "rescale_factor": rescale, "image_mean": mean, "image_std": std}
     eff_mean, eff_std = unit_normalisation(rescale, mean, std)
+    if pad_to:
+        steps["pad_to"] = pad_to
     if getattr(proc, "do_flip_channel_order", False):  # MobileViT's: the model takes BGR, flipped last
         steps["channel_order"] = "BGR"
         eff_mean, eff_std = eff_mean[::-1], eff_std[::-1]
@@ -98,8 +105,15 @@ def _resize(proc, where: str) -> dict[str, int]:
         return {"height": size.height, "width": size.width}
     if size.shortest_edge and not (size.longest_edge or size.max_height or size.max_width):
         return {"shortest_edge": size.shortest_edge}
+    if size.longest_edge and not (size.shortest_edge or size.height or size.width) and type(proc).__name__ in PADS_TO_SIZE:
+        return {"longest_edge": size.longest_edge}  # then padded to one size: see PADS_TO_SIZE
     raise SourceError(f"hf:{where}: {type(proc).__name__} resizes to {dict(size)}; vitexport reproduces "
-                      "{height, width} and {shortest_edge}")
+                      "{height, width}, {shortest_edge} and SAM's {longest_edge} with its pad")
+
+
+def _pad_size(proc) -> dict[str, int] | None:
+    size = getattr(proc, "pad_size", None)
+    return {"height": int(size.height), "width": int(size.width)} if size and size.height and size.width else None
 
 
 def _per_channel(value) -> list[float]:
@@ -125,6 +139,7 @@ def describe(steps: dict[str, Any]) -> str:
     resize = steps["resize"]
     if resize:
         target = f"shorter side {resize['shortest_edge']}" if "shortest_edge" in resize \
+            else f"longer side {resize['longest_edge']}" if "longest_edge" in resize \
             else f"{resize['height']}x{resize['width']}"
         parts.append(f"resize to {target} {steps['resample']} (antialiased)")
     if steps["center_crop"]:
@@ -133,6 +148,9 @@ def describe(steps: dict[str, Any]) -> str:
         parts.append(f"rescale x{steps['rescale_factor']:.6g}")
     if steps["image_mean"] is not None:
         parts.append(f"normalise mean {_short(steps['image_mean'])} std {_short(steps['image_std'])}")
+    if steps.get("pad_to"):
+        parts.append(f"pad to {steps['pad_to']['height']}x{steps['pad_to']['width']} below and right (zeros, "
+                     "after normalising)")
     if steps.get("channel_order") == "BGR":
         parts.append("flip the channels to BGR")
     if steps.get("trimap"):

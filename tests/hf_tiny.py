@@ -94,6 +94,15 @@ def _sam(T):  # like facebook/sam-vit-base: the longer side to 1024, pad to 1024
     return T.SamImageProcessor(size={"longest_edge": IMAGE}, pad_size={"height": IMAGE, "width": IMAGE})
 
 
+def _mask2former(T):  # like facebook/mask2former-swin-tiny-ade-semantic: a four-stage Swin, 32-channel decoder
+    backbone = T.SwinConfig(image_size=64, patch_size=4, embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2],
+                            window_size=2, out_features=["stage1", "stage2", "stage3", "stage4"])
+    return T.Mask2FormerConfig(backbone_config=backbone, feature_size=32, mask_feature_size=32, hidden_dim=32,
+                               encoder_feedforward_dim=32, dim_feedforward=32, encoder_layers=1, decoder_layers=2,
+                               num_attention_heads=2, num_queries=5, num_labels=LABELS - 1, common_stride=4,
+                               use_pretrained_backbone=False)
+
+
 def _vitmatte(T):  # like hustvl/vitmatte-small-*: ViTDet with window and global attention, relative positions
     backbone = T.VitDetConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=IMAGE,
                               patch_size=16, num_channels=4, out_features=["stage2"], use_relative_position_embeddings=True,
@@ -142,6 +151,8 @@ TINY = {
                                                      _mobilevit(T)),
     "SamVisionModel": lambda T: (T.SamVisionConfig(**SAM), _sam(T)),
     "SamModel": lambda T: (T.SamConfig(vision_config=SAM), _sam(T)),
+    "Mask2FormerForUniversalSegmentation": lambda T: (_mask2former(T), T.Mask2FormerImageProcessor(
+        size={"height": 64, "width": 64})),
     "VitMatteForImageMatting": lambda T: (_vitmatte(T), T.VitMatteImageProcessor()),
     "DetrForObjectDetection": lambda T: (_detr(T), T.DetrImageProcessor(size={"height": IMAGE, "width": IMAGE},
                                                                         do_pad=False)),
@@ -149,7 +160,8 @@ TINY = {
 
 
 CHANNELS = {"VitMatteForImageMatting": 4}  # the image and its trimap; every other one takes RGB
-SIZES = {"MobileViTForSemanticSegmentation": 64, "MobileViTV2ForSemanticSegmentation": 64}  # else IMAGE
+SIZES = {"MobileViTForSemanticSegmentation": 64, "MobileViTV2ForSemanticSegmentation": 64,  # else IMAGE
+         "Mask2FormerForUniversalSegmentation": 64}
 
 
 def save_tiny(architecture: str, folder: Path, seed: int = 0, processor: bool = True, config=None) -> Path:

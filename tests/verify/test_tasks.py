@@ -188,3 +188,20 @@ def test_a_task_gate_given_on_the_command_line_refuses_what_misses_it(tmp_path):
                           ("mean_iou=0.9", "--task-gate mean_iou: a depth model is not judged by it (abs_rel, delta1)")):
         bad = CliRunner().invoke(app, [*args, "--task-gate", gate])
         assert bad.exit_code == 2 and message in bad.output, (gate, bad.output)
+
+
+def test_mask_queries_are_judged_by_the_class_map_they_make():
+    """Mask2Former's outputs: per query, class logits (the last class: no object) and a mask; the class
+    map is the queries' class probabilities times their masks, as transformers' post-processing makes it."""
+    classes, masks = rng.normal(0, 3, (2, 5, 4)), rng.normal(0, 3, (2, 5, 8, 8))
+    out = {"class_queries_logits": classes, "masks_queries_logits": masks}
+    same = tasks.task_metrics("segmentation", out, {k: v.copy() for k, v in out.items()})
+    assert same == {"pixel_agreement": 1.0, "mean_iou": 1.0}
+    p = np.exp(classes) / np.exp(classes).sum(-1, keepdims=True)
+    semantic = np.einsum("nqk,nqhw->nkhw", p[..., :-1], 1 / (1 + np.exp(-masks)))
+    by_map = tasks.task_metrics("segmentation", {"logits": semantic}, {"logits": np.roll(semantic, 1, axis=1)})
+    rolled = {"class_queries_logits": np.roll(classes[..., :-1], 1, axis=-1), "masks_queries_logits": masks}
+    rolled["class_queries_logits"] = np.concatenate([rolled["class_queries_logits"], classes[..., -1:]], -1)
+    by_queries = tasks.task_metrics("segmentation", out, rolled)
+    assert by_queries == pytest.approx(by_map) and by_queries["pixel_agreement"] < 0.9
+    assert tasks.gate_failures("segmentation", "fp16", by_queries)

@@ -45,6 +45,8 @@ def task_outputs(task: str, names: list[str]) -> dict[str, str]:
         scores = next((n for n in names if "logit" in n or "score" in n or "class" in n), None)
         boxes = next((n for n in names if "box" in n), None)
         return {"scores": scores, "boxes": boxes} if scores and boxes else {}
+    if task == "segmentation" and "class_queries_logits" in names and "masks_queries_logits" in names:
+        return {"classes": "class_queries_logits", "masks": "masks_queries_logits"}  # Mask2Former's queries
     hints = {"depth": ("depth",), "segmentation": ("logit", "mask", "seg"), "matting": ("alpha", "matte"),
              "embedding": ("embed", "feature", "hidden", "last")}.get(task, ())
     return {"output": next((n for n in names if any(h in n.lower() for h in hints)), names[0])} if names else {}
@@ -163,7 +165,7 @@ def _segmentation(ref: dict, cand: dict) -> dict:
     the classes either map holds."""
     import numpy as np
 
-    r, c = np.asarray(ref["output"]), np.asarray(cand["output"])
+    r, c = (_class_map_logits(side) for side in (ref, cand))
     if r.shape != c.shape or r.ndim < 3:
         return {}
     rm, cm = r.argmax(1), c.argmax(1)
@@ -173,6 +175,21 @@ def _segmentation(ref: dict, cand: dict) -> dict:
         union = np.logical_or(rm == k, cm == k).sum()
         ious.append(inter / union)
     return {"pixel_agreement": float(np.mean(rm == cm)), "mean_iou": float(np.mean(ious))}
+
+
+def _class_map_logits(side: dict) -> "np.ndarray":
+    """Per-pixel class scores (N, K, H, W): the output itself, or from mask queries (Mask2Former) each
+    query's class probabilities (the last class, no object, left out) times its mask's, summed over the
+    queries, as transformers' semantic post-processing computes them before resizing."""
+    import numpy as np
+
+    if "output" in side:
+        return np.asarray(side["output"])
+    z = np.asarray(side["classes"], dtype=np.float64)  # (N, Q, K + 1)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p = (p / p.sum(-1, keepdims=True))[..., :-1]
+    masks = 1.0 / (1.0 + np.exp(-np.asarray(side["masks"], dtype=np.float64)))  # (N, Q, H, W)
+    return np.einsum("nqk,nqhw->nkhw", p, masks)
 
 
 def _detection(ref: dict, cand: dict) -> dict:

@@ -77,6 +77,11 @@ ARCHITECTURES: dict[str, Architecture] = {
     "SamVisionModel": Architecture(("last_hidden_state",), "SamImageProcessor", task="embedding"),
     "SamModel": Architecture(("last_hidden_state",), "SamImageProcessor", task="embedding", loads_as="SamVisionModel",
                              unused=("shared_image_embedding.", "prompt_encoder.", "mask_decoder.")),
+    # Mask2Former: a backbone (Swin), a deformable-attention pixel decoder, mask queries; semantic
+    # segmentation is its queries' class probabilities times their masks (vitexport.core.taskmeasures)
+    "Mask2FormerForUniversalSegmentation": Architecture(("class_queries_logits", "masks_queries_logits"),
+                                                        "Mask2FormerImageProcessor", task="segmentation",
+                                                        attention={"": "eager", "backbone_config": ATTENTION}),
     # MobileViT (v1, v2) with a DeepLabV3 head: convolutions and transformer blocks, logits at 1/32 of the
     # input; their processor hands the model BGR, rescaled and not normalised
     "MobileViTForSemanticSegmentation": Architecture(CLASSIFIER, "MobileViTImageProcessor", task="segmentation",

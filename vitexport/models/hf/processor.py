@@ -23,7 +23,10 @@ from vitexport.models.hf.files import PROCESSOR
 SUPPORTED = ("ViTImageProcessor", "DeiTImageProcessor", "BeitImageProcessor", "BitImageProcessor",
              "CLIPImageProcessor", "SiglipImageProcessor", "DPTImageProcessor", "SegformerImageProcessor",
              "YolosImageProcessor", "DetrImageProcessor", "VitMatteImageProcessor", "MobileViTImageProcessor",
-             "SamImageProcessor")
+             "SamImageProcessor", "Mask2FormerImageProcessor")
+# Mask2Former's processor rounds the resized size up to a multiple of `size_divisor` (none at a fixed size
+# that is one: checked) and pads a batch to its largest image (none when every image has one size).
+ROUNDS_UP = ("Mask2FormerImageProcessor",)
 # SAM's processor resizes the longer side and pads every image to one size (`pad_size`), zeros after
 # normalising: the model's input has that size whatever the image's shape.
 PADS_TO_SIZE = ("SamImageProcessor",)
@@ -77,6 +80,10 @@ def recipe(proc, origin: str, where: str) -> dict[str, Any]:
             raise SourceError(f"hf:{where}: {name} {does.format(value=value)} ({key}={value}), so its output size "
                               f"depends on the image; vitexport exports one size: save it with {key}={plain}")
     resize = _resize(proc, where) if proc.do_resize else None
+    divisor = int(getattr(proc, "size_divisor", 0) or 0) if name in ROUNDS_UP else 0
+    if divisor and resize and (resize.get("height", 1) % divisor or resize.get("width", 1) % divisor):
+        raise SourceError(f"hf:{where}: {name} rounds its size up to a multiple of {divisor} (size_divisor), which "
+                          f"{resize.get('height')}x{resize.get('width')} is not: save it at such a size")
     crop = {"height": proc.crop_size.height, "width": proc.crop_size.width} if proc.do_center_crop else None
     if proc.do_resize and proc.resample not in RESAMPLE:
         raise SourceError(f"hf:{where}: {name} resamples with PIL code {proc.resample}; vitexport reproduces "

@@ -27,8 +27,9 @@ DIRECT = [be.name for be in backends.exporters() if be.builds_from is None and b
 SAME_ENCODER = {"executorch": {"CLIPVisionModel", "DeiTForImageClassification", "Dinov2Model", "ViTModel",
                                "DepthAnythingForDepthEstimation", "YolosForObjectDetection"}}
 # What a backend cannot convert yet, and the refusal that says so: Mask2Former's deformable attention
-# indexes its sampling points with a rank-6 tensor, beyond Core ML's rank 5.
-CANNOT = {("coreml", "Mask2FormerForUniversalSegmentation"): r"makes a rank-6 tensor .* Core ML allows rank <= 5"}
+# (and RT-DETR's) indexes its sampling points with a rank-6 tensor, beyond Core ML's rank 5.
+CANNOT = {("coreml", arch): r"makes a rank-6 tensor .* Core ML allows rank <= 5"
+          for arch in ("Mask2FormerForUniversalSegmentation", "RTDetrForObjectDetection")}
 # The dynamo exporter where it is most fragile: BEiT without its frozen bias, SigLIP's single-query attention
 # pooling (a reshape to [1, batch, d] that must not be taken for a baked batch). The legacy one runs first by default.
 DYNAMO = [name for name in ARCHS if "beit-relative-position-bias" in ARCHITECTURES[name].freezes]

@@ -31,15 +31,31 @@ def test_a_stage_sees_what_it_allocated():
     assert stage.record()["peak_rss_mb"] >= (before + 190 * MB) / MB
 
 
+INNER = """
+import json
+from vitexport.core import peakmem
+from vitexport.core.peakmem import Stage
+before = peakmem.resident().total
+with Stage() as outer:
+    block = bytearray(200_000_000)
+    block[::4096] = b"\\1" * len(block[::4096])
+    del block
+    with Stage() as inner:  # starts the kernel's peak again, below the outer's
+        pass
+print(json.dumps([before, inner.peak.bytes, outer.peak.bytes]))
+"""
+
+
 def test_an_inner_stage_keeps_the_outer_peak():
-    before = peakmem.resident().total
-    with Stage() as outer:
-        block = touched(200 * MB)
-        del block
-        with Stage() as inner:  # starts the kernel's peak again, below the outer's
-            pass
-    assert inner.peak.bytes < before + 150 * MB
-    assert outer.peak.bytes >= before + 190 * MB
+    """In a fresh interpreter: whether a freed block goes back to the system depends on the allocator's
+    settings, which a library imported earlier in the same process may have changed."""
+    import json
+
+    run = subprocess.run([sys.executable, "-c", INNER], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    before, inner, outer = json.loads(run.stdout)
+    assert inner < before + 150 * MB
+    assert outer >= before + 190 * MB
 
 
 def test_a_command_peak_is_summed_over_its_processes():

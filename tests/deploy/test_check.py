@@ -263,6 +263,26 @@ def boxes_moved_by_the_runtime(tmp_path: Path) -> Path:
     return fake
 
 
+def test_a_sigmoid_detectors_package_reads_its_scores_as_its_export_did(hf_dir, tmp_path):
+    """RT-DETR's class logits read each class on its own: the package says so, and the device's check
+    and `verify --device-report` find the detections the export's check found."""
+    from vitexport import api
+    from vitexport.deploy.package import package
+
+    result = api.export("onnx", api.SourceSpec(f"hf:{hf_dir('RTDetrForObjectDetection')}"), out_dir=tmp_path / "out")
+    found = result["parity"]["task_metrics"]["confident_detections"]
+    folder = Path(package(result["artifact"], "linux", out_dir=tmp_path / "packages")["package"])
+    assert json.loads((folder / "golden" / "golden.json").read_text())["class_scores"] == "sigmoid"
+    device = copy_to_device(folder, tmp_path)
+    checked = run_check(device)
+    assert checked.returncode == 0, checked.stderr
+    own = json.loads((device / "device-report.json").read_text())["verdict"]["task_metrics"]
+    judged = verify(device / "device-report.json", "--json")
+    assert judged.exit_code == 0, judged.stderr
+    assert found > 0 and own["confident_detections"] > 0
+    assert json.loads(judged.stdout)["parity"]["task_metrics"]["confident_detections"] == own["confident_detections"]
+
+
 def test_a_detection_package_is_judged_on_its_boxes(tmp_path):
     """The package carries the model's task and the limits its export was held to (--task-gate): the
     device's detections are judged as detections, and boxes moved on the device are refused by them."""

@@ -154,13 +154,14 @@ def trimap_difference(folder: Path, loaded) -> float:
 
 
 # Processors whose defaults are not one fixed size (SegFormer's 512, MobileViT's crop beyond its resize, SAM's 1024,
-# Mask2Former's shorter side 800 and longer 1333, YOLOS's padded shorter side 800, DPT's
+# Mask2Former's shorter side 800 and longer 1333, RT-DETR's 640, YOLOS's padded shorter side 800, DPT's
 # aspect-keeping 384), at the fixed size a deployed model of theirs takes; their defaults are refused (HF_BAD).
 AT_224 = {"DPTImageProcessor": dict(size={"height": 224, "width": 224}, keep_aspect_ratio=False, ensure_multiple_of=1),
           "SegformerImageProcessor": dict(size={"height": 224, "width": 224}),
           "YolosImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False),
           "DetrImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False),
           "Mask2FormerImageProcessor": dict(size={"height": 224, "width": 224}),
+          "RTDetrImageProcessor": dict(size={"height": 224, "width": 224}),
           "SamImageProcessor": dict(size={"longest_edge": 224}, pad_size={"height": 224, "width": 224}),
           "MobileViTImageProcessor": dict(size={"shortest_edge": 256}, crop_size={"height": 224, "width": 224})}
 

@@ -205,3 +205,29 @@ def test_mask_queries_are_judged_by_the_class_map_they_make():
     by_queries = tasks.task_metrics("segmentation", out, rolled)
     assert by_queries == pytest.approx(by_map) and by_queries["pixel_agreement"] < 0.9
     assert tasks.gate_failures("segmentation", "fp16", by_queries)
+
+
+def test_a_sigmoid_detector_reads_each_class_on_its_own():
+    """RT-DETR's logits have no "no object" class: its last class is an object class like the others.
+    Read as DETR's (softmax, the last class "no object"), the same outputs would hold no detection."""
+    logits = np.full((1, 3, 4), -6.0)
+    logits[0, :, 3] = 4.0  # every query: the last class, confidently
+    boxes = rng.uniform(0.3, 0.7, (1, 3, 4))
+    out = {"logits": logits, "pred_boxes": boxes}
+    sigmoid = tasks.task_metrics("detection", out, out, "sigmoid")
+    assert sigmoid["confident_detections"] == 3 and sigmoid["detection_recall"] == 1.0
+    assert tasks.task_metrics("detection", out, out)["confident_detections"] == 0
+    moved = {"logits": logits, "pred_boxes": boxes + np.array([0.2, 0, 0, 0])}
+    assert tasks.task_metrics("detection", out, moved, "sigmoid")["detection_recall"] == 0.0
+
+
+def test_a_modules_class_scores_attribute_says_how_its_logits_read():
+    from types import SimpleNamespace
+
+    from vitexport.core.errors import SourceError
+    from vitexport.models.sources import class_scores_of
+
+    assert class_scores_of(SimpleNamespace(), None, "m.py:f") == "softmax"  # DETR's, by default
+    assert class_scores_of(SimpleNamespace(class_scores="sigmoid"), None, "m.py:f") == "sigmoid"
+    with pytest.raises(SourceError, match="m.py:f: class_scores 'softmin' is not softmax or sigmoid"):
+        class_scores_of(SimpleNamespace(class_scores="softmin"), None, "m.py:f")

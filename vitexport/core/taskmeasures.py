@@ -16,6 +16,9 @@ CONFIDENT = 0.5
 MATCH_IOU = 0.9
 MATTING_MARGIN = 0.01  # alpha within this of PyTorch's counts as the same (1/100 of the range)
 DEPTH_DELTA = 1.25
+# How a detector's class logits become probabilities: "softmax" over the classes, the last one "no
+# object" (DETR, YOLOS), or "sigmoid", each class on its own with no such class (RT-DETR).
+CLASS_SCORES = ("softmax", "sigmoid")
 
 # (metric, "min" or "max", limit) per task and precision: fp16 keeps nearly every decision, int8 most.
 GATES: dict[str, dict[str, list[tuple[str, str, float]]]] = {
@@ -52,8 +55,10 @@ def task_outputs(task: str, names: list[str]) -> dict[str, str]:
     return {"output": next((n for n in names if any(h in n.lower() for h in hints)), names[0])} if names else {}
 
 
-def task_metrics(task: str, reference: dict[str, "np.ndarray"], candidate: dict[str, "np.ndarray"]) -> dict:
-    """The task's numbers for one batch of outputs (keys as `task_outputs` names them)."""
+def task_metrics(task: str, reference: dict[str, "np.ndarray"], candidate: dict[str, "np.ndarray"],
+                 class_scores: str = "softmax") -> dict:
+    """The task's numbers for one batch of outputs (keys as `task_outputs` names them); a detector's
+    class logits read as `class_scores` says (CLASS_SCORES)."""
     roles = task_outputs(task, list(reference))
     if not roles or any(n not in candidate for n in roles.values()):
         return {}
@@ -61,6 +66,8 @@ def task_metrics(task: str, reference: dict[str, "np.ndarray"], candidate: dict[
         return {}
     ref = {role: reference[name] for role, name in roles.items()}
     cand = {role: candidate[name] for role, name in roles.items()}
+    if task == "detection":
+        return _detection(ref, cand, class_scores == "sigmoid")
     return _MEASURES[task](ref, cand)
 
 
@@ -192,13 +199,13 @@ def _class_map_logits(side: dict) -> "np.ndarray":
     return np.einsum("nqk,nqhw->nkhw", p, masks)
 
 
-def _detection(ref: dict, cand: dict) -> dict:
+def _detection(ref: dict, cand: dict, sigmoid: bool = False) -> dict:
     """Of PyTorch's confident detections, the share the artifact finds with the same class and IoU >=
     MATCH_IOU (recall), and of the artifact's, the share PyTorch has (precision); None with none."""
     import numpy as np
 
-    r_found = [_confident(s, b) for s, b in zip(np.asarray(ref["scores"]), np.asarray(ref["boxes"]))]
-    c_found = [_confident(s, b) for s, b in zip(np.asarray(cand["scores"]), np.asarray(cand["boxes"]))]
+    r_found = [_confident(s, b, sigmoid) for s, b in zip(np.asarray(ref["scores"]), np.asarray(ref["boxes"]))]
+    c_found = [_confident(s, b, sigmoid) for s, b in zip(np.asarray(cand["scores"]), np.asarray(cand["boxes"]))]
     recall = [_matched(a, b) for a, b in zip(r_found, c_found)]
     precision = [_matched(b, a) for a, b in zip(r_found, c_found)]
     hits_r, total_r = sum(h for h, _ in recall), sum(n for _, n in recall)
@@ -208,13 +215,18 @@ def _detection(ref: dict, cand: dict) -> dict:
             "confident_detections": int(total_r)}
 
 
-def _confident(scores: "np.ndarray", boxes: "np.ndarray") -> list[tuple[int, "np.ndarray"]]:
+def _confident(scores: "np.ndarray", boxes: "np.ndarray", sigmoid: bool = False) -> list[tuple[int, "np.ndarray"]]:
+    """Each query's most probable class and its box, where that probability reaches CONFIDENT."""
     import numpy as np
 
     z = np.asarray(scores, dtype=np.float64)
-    p = np.exp(z - z.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
-    objects = p[:, :-1] if p.shape[-1] > 1 else p
+    if sigmoid:  # each class on its own: every column is an object class
+        with np.errstate(over="ignore"):
+            objects = 1.0 / (1.0 + np.exp(-z))
+    else:
+        p = np.exp(z - z.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        objects = p[:, :-1] if p.shape[-1] > 1 else p
     cls, prob = objects.argmax(-1), objects.max(-1)
     return [(int(k), np.asarray(boxes[q], dtype=np.float64)) for q, (k, s) in enumerate(zip(cls, prob))
             if s >= CONFIDENT]

@@ -112,6 +112,8 @@ def write(folder: Path, cases: list[Case], outputs: list[list[np.ndarray]], reco
               "cases": described, "task": record.source.task}
     if tol.task_gates:
         golden["task_gates"] = dict(tol.task_gates)
+    if record.source.class_scores != "softmax":  # a detector's logits read each class on its own
+        golden["class_scores"] = record.source.class_scores
     writer.fill(target / "golden.json", json.dumps(golden, indent=2) + "\n")
     return golden
 

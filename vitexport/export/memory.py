@@ -65,7 +65,8 @@ def record_reference(loaded: LoadedModel, out: Path, images, seed: int, progress
         golden, feeds = _golden(loaded, seed, images)
         meta = {"class": loaded.reference["class"], "params_sha256": loaded.reference["params_sha256"],
                 "name": loaded.name, "input_shape": list(loaded.input_shape), "preprocessing": loaded.preprocessing,
-                "output_names": _output_names(loaded), "feeds": feeds, "task": loaded.task}
+                "output_names": _output_names(loaded), "feeds": feeds, "task": loaded.task,
+                "class_scores": loaded.class_scores}
         import torch
 
         from vitexport.models.sources import export_mode

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from vitexport.core.errors import SourceError
-from vitexport.models.sources import (MAX_INPUT, LoadedModel, SourceSpec, export_mode, materialise_lazy, task_of,
-                                      user_outputs)
+from vitexport.models.sources import (MAX_INPUT, LoadedModel, SourceSpec, class_scores_of, export_mode,
+                                      materialise_lazy, task_of, user_outputs)
 
 REFERENCE_SUFFIX = ".reference.pt2"  # as vitexport.models.reference.SUFFIX, without importing torch here
 
@@ -144,13 +144,14 @@ def held(model, *, input_shape=None, example_inputs=None, name: str | None = Non
             file = f"{stem}.{digest[:12]}{REFERENCE_SUFFIX}"
             spec = SourceSpec(model=f"exported:{file}", seed=seed)
             task = task_of(module, None, spec_text)
+            scores = class_scores_of(module, None, spec_text)
             exported, output_names = user_outputs(module, shape, SourceSpec(model=spec_text, seed=seed),
                                                   _names(module))
             pre = dict(preprocessing) if preprocessing else {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
             pre.setdefault("size", list(shape[2:]))
             yield LoadedModel(spec, exported, shape, stem, "memory", None, None, pre, output_names, None, notes,
                               reference={"file": file, "class": class_name(module), "params_sha256": digest},
-                              task=task)
+                              task=task, class_scores=scores)
 
 
 def _names(module) -> list[str] | None:

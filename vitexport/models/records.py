@@ -24,6 +24,7 @@ class Built:
     weights_file: str | None = None
     notes: list[str] = field(default_factory=list)
     task: str | None = None  # what the model does (vitexport.verify.tasks.TASKS); None: its `task` attribute
+    class_scores: str | None = None  # a detector's: softmax or sigmoid (core.taskmeasures); None: its attribute
 
 
 @dataclass
@@ -41,6 +42,7 @@ class SourceRecord:
     # made from ({"file", "sha256", "class", "params_sha256", "feeds"}); None for every other source.
     reference: dict[str, Any] | None = None
     task: str = "classification"  # what the model does: which agreement its checks report and gate on
+    class_scores: str = "softmax"  # how a detector's class logits read (vitexport.core.taskmeasures.CLASS_SCORES)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -262,7 +262,8 @@ def build(spec) -> Built:
              "held in memory); no source code is needed"]
     return Built(reference.model, input_shape=tuple(shape), preprocessing=meta.get("preprocessing") or None,
                  name=meta.get("name") or path.name[:-len(SUFFIX)], weights_sha256=reference.sha256,
-                 weights_file=str(path), notes=notes, task=meta.get("task") or "classification")
+                 weights_file=str(path), notes=notes, task=meta.get("task") or "classification",
+                 class_scores=meta.get("class_scores"))
 
 
 def _first(error: Exception) -> str:

@@ -78,6 +78,7 @@ class LoadedModel:
     notes: list[str] = field(default_factory=list)  # what vitexport chose or changed to load and export it
     reference: dict[str, Any] | None = None  # a model held in memory: its reference program (sidecar's source)
     task: str = "classification"  # what the model does (vitexport.verify.tasks): how its checks judge it
+    class_scores: str = "softmax"  # a detector's class logits: softmax with "no object" last, or sigmoid
     # Work done once for this model and reused by every export of it in this process (optimize builds
     # many candidates from one load): PyTorch's outputs for an input already checked, a backend's
     # intermediate (its graph before quantization, say). Keys name what the value was made from.
@@ -114,7 +115,8 @@ class LoadedModel:
                             config=self.config.to_dict() if self.config else None,
                             weights_sha256=self.weights_sha256, input_shape=list(self.input_shape),
                             preprocessing=self.preprocessing, notes=list(self.notes),
-                            reference=dict(self.reference) if self.reference else None, task=self.task)
+                            reference=dict(self.reference) if self.reference else None, task=self.task,
+                            class_scores=self.class_scores)
 
 
 # Largest input a model of the user's own is given: beyond these, a typo would exhaust memory.
@@ -198,10 +200,11 @@ def load(spec: SourceSpec) -> LoadedModel:
     preprocessing.setdefault("size", list(shape[2:]))
     output_names = _output_names(model, spec)
     task = task_of(model, spec.task or built.task, spec.model)  # before a wrapper that flattens outputs hides it
+    scores = class_scores_of(model, built.class_scores, spec.model)
     if runs_user_code(spec.model):  # a user's own module may return anything: look before exporting it
         model, output_names = user_outputs(model, shape, spec, output_names)
     return LoadedModel(spec, model, shape, name, kind, cfg, digest, preprocessing, output_names, weights_file, notes,
-                       task=task)
+                       task=task, class_scores=scores)
 
 
 TASKS = ("classification", "embedding", "depth", "segmentation", "detection", "matting")  # verify.tasks.TASKS
@@ -214,6 +217,15 @@ def task_of(model, known: str | None, where: str) -> str:
     if task not in TASKS:
         raise SourceError(f"{where}: task {task!r} is not one of {', '.join(TASKS)}")
     return task
+
+
+def class_scores_of(model, known: str | None, where: str) -> str:
+    """How a detector's class logits read: what its source knows (an hf: architecture), else the
+    module's `class_scores` attribute, else softmax with the last class "no object" (DETR's)."""
+    scores = known or getattr(model, "class_scores", None) or "softmax"
+    if scores not in ("softmax", "sigmoid"):  # vitexport.core.taskmeasures.CLASS_SCORES
+        raise SourceError(f"{where}: class_scores {scores!r} is not softmax or sigmoid")
+    return scores
 
 
 def artifact_stem(spec: SourceSpec, base: str, seeded: bool = True) -> str:

@@ -60,7 +60,7 @@ def run_checks(loaded: "LoadedModel", be: "Backend", path: Path, record: "Artifa
         provider = runner.provider
         progress.advance()
     report = compare(runs, tol, record.precision)
-    judge_task(report, loaded.task, runs, record.precision)
+    judge_task(report, loaded.task, runs, record.precision, loaded.class_scores)
     # A constant output (zero head) is judged on the artifact's own pre-head features, when it can show them.
     judge_pre_head(report, loaded, be, path, record, max(feeds, key=lambda f: len(f.x)), tol)
     report.deterministic = deterministic
@@ -166,13 +166,15 @@ def apply_gate(report: ParityReport, tol: Tolerance) -> None:
                     f"PyTorch's {100 * images.accuracy['reference']:.2f}% (allowed {tol.max_accuracy_drop:g})")
 
 
-def judge_task(report: ParityReport, task: str, runs: list[tuple], precision: str) -> None:
+def judge_task(report: ParityReport, task: str, runs: list[tuple], precision: str,
+               class_scores: str = "softmax") -> None:
     """Agreement in the task's terms over every feed (worst case), and for a reduced precision the
     task's gate (vitexport.verify.tasks.GATES): a depth map is refused on its depth error, not top-1."""
     from vitexport.verify import tasks
 
     report.task = task
-    report.task_metrics = tasks.worst(task, [tasks.task_metrics(task, ref, cand) for _b, _f, ref, cand in runs])
+    report.task_metrics = tasks.worst(task, [tasks.task_metrics(task, ref, cand, class_scores)
+                                             for _b, _f, ref, cand in runs])
     overrides = report.tolerance.task_gates if report.tolerance is not None else None
     for failure in tasks.gate_failures(task, precision, report.task_metrics, overrides):
         report.fail(failure)

@@ -70,6 +70,7 @@ class Source(Record):
     notes: list[str] = []
     reference: Optional[Reference] = None
     task: Literal["classification", "embedding", "depth", "segmentation", "detection", "matting"] = "classification"
+    class_scores: Literal["softmax", "sigmoid"] = "softmax"  # how a detector's class logits read (taskmeasures)
 
 
 class Check(Record):

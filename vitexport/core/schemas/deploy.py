@@ -107,6 +107,7 @@ class Golden(Record):
     # What the model does: the device's outputs are judged in its terms too (packages before tasks: classification)
     task: Literal["classification", "embedding", "depth", "segmentation", "detection", "matting"] = "classification"
     task_gates: Optional[dict[str, Number]] = None  # the limits given at packaging (--task-gate), if any
+    class_scores: Literal["softmax", "sigmoid"] = "softmax"  # how a detector's class logits read (taskmeasures)
 
 
 class Output(Record):

@@ -209,7 +209,8 @@ def judge_task(measures, golden, cases, outputs):
     the gate of the package's precision with the limits given at packaging: a depth map is refused on
     its depth error here too."""
     task, names = golden.get("task", "classification"), golden["output_names"]
-    per_case = [measures.task_metrics(task, dict(zip(names, case["reference"])), dict(zip(names, out)))
+    scores = golden.get("class_scores", "softmax")
+    per_case = [measures.task_metrics(task, dict(zip(names, case["reference"])), dict(zip(names, out)), scores)
                 for case, out in zip(cases, outputs)]
     numbers = measures.worst(task, per_case)
     gates = measures.gates_for(task, golden["precision"], golden.get("task_gates"))

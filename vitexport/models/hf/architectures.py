@@ -25,6 +25,7 @@ class Architecture:
     # attn_implementation, per sub-config where one part has no sdpa (Depth Anything's head, DETR's CNN backbone)
     attention: str | dict[str, str] = ATTENTION
     task: str = ""  # what it does (vitexport.verify.tasks.TASKS); by default a head's logits classify, features embed
+    class_scores: str = "softmax"  # a detector's class logits: softmax, "no object" last (DETR), or sigmoid (RT-DETR)
 
     def __post_init__(self):
         if not self.task:
@@ -72,6 +73,11 @@ ARCHITECTURES: dict[str, Architecture] = {
     "YolosForObjectDetection": Architecture(DETECTIONS, "YolosImageProcessor", freezes=("yolos-position-embeddings",),
                                             task="detection"),
     # DETR: a CNN backbone (timm's or transformers' ResNet), a transformer encoder-decoder over its features
+    # RT-DETR: a CNN backbone, a hybrid encoder, a deformable-attention decoder over the top-scoring
+    # encoder positions; its class logits read each class on its own (sigmoid, no "no object" class)
+    "RTDetrForObjectDetection": Architecture(DETECTIONS, "RTDetrImageProcessor", task="detection",
+                                             class_scores="sigmoid",
+                                             attention={"": ATTENTION, "backbone_config": "eager"}),
     # SAM's image encoder: a ViT with windowed and global attention and a convolutional neck; its
     # image embeddings (N, C, H/16, W/16) feed SAM's prompt decoder. Published folders hold the whole SAM.
     "SamVisionModel": Architecture(("last_hidden_state",), "SamImageProcessor", task="embedding"),

@@ -55,7 +55,7 @@ def build(spec):
     notes.append(f"outputs: {', '.join(wrapped.fields)}")
     label, digest = files.weights_identity(text)
     return Built(wrapped, input_shape=shape, preprocessing=pre, name=path.resolve().name, weights_sha256=digest,
-                 weights_file=label, notes=notes, task=arch.task)
+                 weights_file=label, notes=notes, task=arch.task, class_scores=arch.class_scores)
 
 
 def import_transformers():

@@ -23,7 +23,7 @@ from vitexport.models.hf.files import PROCESSOR
 SUPPORTED = ("ViTImageProcessor", "DeiTImageProcessor", "BeitImageProcessor", "BitImageProcessor",
              "CLIPImageProcessor", "SiglipImageProcessor", "DPTImageProcessor", "SegformerImageProcessor",
              "YolosImageProcessor", "DetrImageProcessor", "VitMatteImageProcessor", "MobileViTImageProcessor",
-             "SamImageProcessor", "Mask2FormerImageProcessor")
+             "SamImageProcessor", "Mask2FormerImageProcessor", "RTDetrImageProcessor")
 # Mask2Former's processor rounds the resized size up to a multiple of `size_divisor` (none at a fixed size
 # that is one: checked) and pads a batch to its largest image (none when every image has one size).
 ROUNDS_UP = ("Mask2FormerImageProcessor",)

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-# Detection: a detection is confident where its class's softmax probability (the "no object" class,
-# the last one, left out) reaches this; the two sides' detections match at this IoU with the same class.
+# Detection: a detection is confident where its class's probability (CLASS_SCORES says how the logits
+# give it) reaches this; the two sides' detections match at this IoU with the same class.
 CONFIDENT = 0.5
 MATCH_IOU = 0.9
 MATTING_MARGIN = 0.01  # alpha within this of PyTorch's counts as the same (1/100 of the range)
@@ -37,8 +37,6 @@ GATES: dict[str, dict[str, list[tuple[str, str, float]]]] = {
 # Whether each gated metric must stay above (min) or below (max) its limit, by task.
 GATE_KINDS = {task: {name: kind for family in gates.values() for name, kind, _ in family}
               for task, gates in GATES.items()}
-
-
 
 
 def task_outputs(task: str, names: list[str]) -> dict[str, str]:
@@ -105,8 +103,6 @@ def gates_for(task: str, precision: str, overrides: dict | None = None) -> list[
     gates = [(name, kind, overrides.pop(name, limit))
              for name, kind, limit in GATES.get(task, {}).get(_family(precision), [])]
     return gates + [(name, GATE_KINDS[task][name], limit) for name, limit in overrides.items()]
-
-
 
 
 def _family(precision: str) -> str:
@@ -195,7 +191,8 @@ def _class_map_logits(side: dict) -> "np.ndarray":
     z = np.asarray(side["classes"], dtype=np.float64)  # (N, Q, K + 1)
     p = np.exp(z - z.max(-1, keepdims=True))
     p = (p / p.sum(-1, keepdims=True))[..., :-1]
-    masks = 1.0 / (1.0 + np.exp(-np.asarray(side["masks"], dtype=np.float64)))  # (N, Q, H, W)
+    with np.errstate(over="ignore"):  # a very negative mask logit is a probability of 0
+        masks = 1.0 / (1.0 + np.exp(-np.asarray(side["masks"], dtype=np.float64)))  # (N, Q, H, W)
     return np.einsum("nqk,nqhw->nkhw", p, masks)
 
 

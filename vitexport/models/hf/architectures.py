@@ -72,7 +72,6 @@ ARCHITECTURES: dict[str, Architecture] = {
                                                    attention={"": "eager", "backbone_config": ATTENTION}),
     "YolosForObjectDetection": Architecture(DETECTIONS, "YolosImageProcessor", freezes=("yolos-position-embeddings",),
                                             task="detection"),
-    # DETR: a CNN backbone (timm's or transformers' ResNet), a transformer encoder-decoder over its features
     # RT-DETR: a CNN backbone, a hybrid encoder, a deformable-attention decoder over the top-scoring
     # encoder positions; its class logits read each class on its own (sigmoid, no "no object" class)
     "RTDetrForObjectDetection": Architecture(DETECTIONS, "RTDetrImageProcessor", task="detection",
@@ -97,6 +96,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     # ViTMatte: a ViTDet backbone with window attention on the image and its trimap (4 channels), alpha (N, 1, H, W)
     "VitMatteForImageMatting": Architecture(("alphas",), "VitMatteImageProcessor", task="matting",
                                             attention={"": "eager", "backbone_config": "eager"}),
+    # DETR: a CNN backbone (timm's or transformers' ResNet), a transformer encoder-decoder over its features
     "DetrForObjectDetection": Architecture(DETECTIONS, "DetrImageProcessor", task="detection",
                                            attention={"": ATTENTION, "backbone_config": "eager"}),
 }

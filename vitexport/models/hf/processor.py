@@ -112,7 +112,8 @@ def _resize(proc, where: str) -> dict[str, int]:
         return {"height": size.height, "width": size.width}
     if size.shortest_edge and not (size.longest_edge or size.max_height or size.max_width):
         return {"shortest_edge": size.shortest_edge}
-    if size.longest_edge and not (size.shortest_edge or size.height or size.width) and type(proc).__name__ in PADS_TO_SIZE:
+    sam = type(proc).__name__ in PADS_TO_SIZE
+    if sam and size.longest_edge and not (size.shortest_edge or size.height or size.width):
         return {"longest_edge": size.longest_edge}  # then padded to one size: see PADS_TO_SIZE
     raise SourceError(f"hf:{where}: {type(proc).__name__} resizes to {dict(size)}; vitexport reproduces "
                       "{height, width}, {shortest_edge} and SAM's {longest_edge} with its pad")

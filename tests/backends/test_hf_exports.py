@@ -3,6 +3,7 @@ artifact keeps the model's output names and matches PyTorch on every output; Ten
 engine from each verified ONNX. A base-size ViT checks parity at full size."""
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,12 @@ SAME_ENCODER = {"executorch": {"CLIPVisionModel", "DeiTForImageClassification", 
 # (and RT-DETR's) indexes its sampling points with a rank-6 tensor, beyond Core ML's rank 5.
 CANNOT = {("coreml", arch): r"makes a rank-6 tensor .* Core ML allows rank <= 5"
           for arch in ("Mask2FormerForUniversalSegmentation", "RTDetrForObjectDetection")}
+# OpenVINO's CPU plugin crashes (SIGSEGV at inference) on MobileViTV2, at every width tried, when oneDNN
+# is held to AVX2 on a CPU that has AVX-512: its own kernels still choose AVX-512 (the crashing instruction
+# is EVEX-encoded). A CPU without AVX-512 has no such mix; there the case runs.
+HELD_TO_AVX2 = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper().startswith("AVX2") and " avx512f" in (
+    Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else "")
+MIXED_ISA_CRASH = {("openvino", "MobileViTV2ForSemanticSegmentation")}
 # The dynamo exporter where it is most fragile: BEiT without its frozen bias, SigLIP's single-query attention
 # pooling (a reshape to [1, batch, d] that must not be taken for a baked batch). The legacy one runs first by default.
 DYNAMO = [name for name in ARCHS if "beit-relative-position-bias" in ARCHITECTURES[name].freezes]
@@ -87,6 +94,8 @@ def test_onnx_matches_pytorch_and_tensorrt_rtx_builds_from_it(hf_dir, arch, out_
                                           if arch not in SAME_ENCODER.get(backend, ())])
 def test_torchscript_and_coreml_match_pytorch_on_every_output(hf_dir, arch, backend, out_dir):
     spec = SourceSpec(f"hf:{hf_dir(arch)}")
+    if HELD_TO_AVX2 and (backend, arch) in MIXED_ISA_CRASH:
+        pytest.skip("OpenVINO crashes on this model when oneDNN is held to AVX2 on an AVX-512 CPU (see MIXED_ISA_CRASH)")
     if (backend, arch) in CANNOT:  # refused as unavailable (exit 3), naming what stops it; never a wrong artifact
         with pytest.raises(UnsupportedByRuntime, match=CANNOT[backend, arch]):
             export(backend, spec, out_dir)

@@ -222,9 +222,11 @@ def task_of(model, known: str | None, where: str) -> str:
 def class_scores_of(model, known: str | None, where: str) -> str:
     """How a detector's class logits read: what its source knows (an hf: architecture), else the
     module's `class_scores` attribute, else softmax with the last class "no object" (DETR's)."""
+    from vitexport.core.taskmeasures import CLASS_SCORES
+
     scores = known or getattr(model, "class_scores", None) or "softmax"
-    if scores not in ("softmax", "sigmoid"):  # vitexport.core.taskmeasures.CLASS_SCORES
-        raise SourceError(f"{where}: class_scores {scores!r} is not softmax or sigmoid")
+    if scores not in CLASS_SCORES:
+        raise SourceError(f"{where}: class_scores {scores!r} is not {' or '.join(CLASS_SCORES)}")
     return scores
 
 

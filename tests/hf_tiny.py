@@ -98,7 +98,7 @@ def _mask2former(T):  # like facebook/mask2former-swin-tiny-ade-semantic: a four
     backbone = T.SwinConfig(image_size=64, patch_size=4, embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2],
                             window_size=2, out_features=["stage1", "stage2", "stage3", "stage4"])
     return T.Mask2FormerConfig(backbone_config=backbone, feature_size=32, mask_feature_size=32, hidden_dim=32,
-                               encoder_feedforward_dim=32, dim_feedforward=32, encoder_layers=1, decoder_layers=2,
+                               encoder_feedforward_dim=32, dim_feedforward=32, encoder_layers=1, decoder_layers=1,
                                num_attention_heads=2, num_queries=5, num_labels=LABELS - 1, common_stride=4,
                                use_pretrained_backbone=False)
 

@@ -16,10 +16,9 @@ from vitexport.models.sources import SourceSpec
 # Backends that export straight from PyTorch and run on this machine; others have their own tests.
 DIRECT = [be.name for be in backends.exporters() if be.builds_from is None]
 FULL_DEPTH = ["tiny", "small", "base"]  # the standard sizes, as users get them (base marked slow)
-# A 12-block ViT takes ExecuTorch 20-60 s to lower: its full-size cases here (small and base at full
-# depth, timm's ViT-Ti, torchvision's ViT-B; tiny is there already) would cost CI minutes while adding no
-# coverage its own tests (tests/backends/test_executorch.py: full-depth tiny, torchvision's ViT) and
-# benchmarks/ give.
+# A 12-block ViT takes ExecuTorch 20-60 s to lower: its full-size cases here (the presets at full depth,
+# timm's ViT-Ti, torchvision's ViT-B) would cost CI minutes while adding no coverage its own tests
+# (tests/backends/test_executorch.py: tiny at three blocks, torchvision's ViT) and benchmarks/ give.
 SLOW_LOWERING = {"executorch"}
 FULL_SIZE = [b for b in DIRECT if b not in SLOW_LOWERING]
 VARIANTS = {"base-32": {"depth": 2}, "base-384": {"depth": 1}, "small-gap": {"depth": 2}, "tiny-relu": {"depth": 2}}
@@ -48,8 +47,11 @@ def export(backend, spec, out_dir, **options):
     return api.export(usable(backend), spec, fp32_options(backend, **options), out_dir)
 
 
+# Base at full depth through ONNX, the main job: what its size adds (error summed over 12 blocks of
+# width 768) is the exporter's and the runtime's arithmetic, which tiny and small at full depth show for
+# every backend, as the base-32 and base-384 variants show base's widths and heads.
 PRESET_CASES = [pytest.param(b, p, marks=[pytest.mark.slow] if p == "base" else [], id=f"{p}-{b}")
-                for p in FULL_DEPTH for b in FULL_SIZE]
+                for p in FULL_DEPTH for b in FULL_SIZE if p != "base" or b == "onnx"]
 
 
 @pytest.mark.parametrize("backend,preset", PRESET_CASES)

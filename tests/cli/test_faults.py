@@ -100,16 +100,20 @@ def test_bad_options_exit_2_before_any_work(tmp_path, args, message):
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    """Verified artifacts of every backend that runs here, exported once for the damage cases."""
-    out = tmp_path_factory.mktemp("made")
+def made(shared_artifacts):
+    """Verified artifacts of every backend that runs here, exported once per run for the damage cases
+    (read-only: copy_artifact gives a test its own)."""
     spec = SourceSpec("tiny", overrides={"depth": 1})
-    arts = {name: Path(api.export(name, spec, None, out)["artifact"]) for name in ("onnx", "torchscript")}
-    arts["small-onnx"] = Path(api.export("onnx", SourceSpec("small", overrides={"depth": 1}), None, out)["artifact"])
+
+    def artifact(backend, spec, options=None) -> Path:
+        return Path(shared_artifacts.built(backend, spec, options)["artifact"])
+
+    arts = {name: artifact(name, spec) for name in ("onnx", "torchscript")}
+    arts["small-onnx"] = artifact("onnx", SourceSpec("small", overrides={"depth": 1}))
     if importlib.util.find_spec("coremltools") is not None:  # without it those cases skip
         from vitexport.backends.coreml.options import CoreMLOptions
 
-        arts["coreml"] = Path(api.export("coreml", spec, CoreMLOptions(precision="fp32"), out)["artifact"])
+        arts["coreml"] = artifact("coreml", spec, CoreMLOptions(precision="fp32"))
     return arts
 
 

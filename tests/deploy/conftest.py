@@ -1,5 +1,5 @@
-"""Deploy packages: artifacts exported once per session (a one-block tiny ViT at 32x32) and a package
-made from one; device_harness runs their checks as a device would."""
+"""Deploy packages: artifacts (a one-block tiny ViT at 32x32) exported once per run for every worker,
+and a package made from one; device_harness runs their checks as a device would."""
 
 from __future__ import annotations
 
@@ -10,19 +10,12 @@ from device_harness import SPEC
 
 
 @pytest.fixture(scope="session")
-def exported(tmp_path_factory):
-    """exported(backend, **options) -> the artifact's path, each exported once per session."""
-    from vitexport import api, backends
-
-    made: dict = {}
+def exported(shared_artifacts):
+    """exported(backend, **options) -> the artifact's path, each exported once per run (read-only)."""
+    from vitexport import backends
 
     def get(backend: str, **options) -> Path:
-        key = (backend, tuple(sorted(options.items())))
-        if key not in made:
-            out = tmp_path_factory.mktemp(backend)
-            result = api.export(backend, SPEC, backends.get(backend).Options(**options), out)
-            made[key] = Path(result["artifact"])
-        return made[key]
+        return Path(shared_artifacts.built(backend, SPEC, backends.get(backend).Options(**options))["artifact"])
 
     return get
 

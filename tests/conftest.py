@@ -50,17 +50,6 @@ def shared_artifacts(tmp_path_factory) -> SharedArtifacts:
     return SharedArtifacts((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-artifacts")
 
 
-@pytest.fixture
-def exported_copy(shared_artifacts, tmp_path):
-    """exported_copy(backend, spec, options=None) -> the export's result dict, its files this test's own."""
-    count = iter(range(1_000))
-
-    def get(backend: str, spec, options=None) -> dict:
-        return shared_artifacts.get(backend, spec, options, tmp_path / f"shared-{next(count)}")
-
-    return get
-
-
 @pytest.fixture(scope="session")
 def hf_dir(tmp_path_factory):
     """hf_dir(architecture) -> the folder of its tiny model (tests/hf_tiny.py), built once per session."""

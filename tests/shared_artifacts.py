@@ -1,9 +1,9 @@
 """Artifacts that many tests read, exported once per test run and shared by every pytest-xdist worker.
 
 An artifact is keyed by what builds it (backend, model spec, options), hashed: the first worker that
-asks exports it under a file lock, the others wait for it and read it. Each test gets its own copy
-of the artifact's folder (artifact, sidecar, external data, reference), so a test that damages,
-moves or re-signs files harms no other test. A test of the export itself keeps calling api.export.
+asks exports it under a file lock, the others wait for it and read it. They are read-only: a test that
+damages, moves or re-signs files copies them first (as tests/cli/test_faults.py's copy_artifact does).
+A test of the export itself keeps calling api.export.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def key_of(backend: str, spec, options) -> str:
 
 
 class SharedArtifacts:
-    """`get(backend, spec, options, into)`: the export's result dict, its files copied into `into`."""
+    """`built(backend, spec, options)`: the export's result dict, made once per run."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -43,13 +43,3 @@ class SharedArtifacts:
                 result = api.export(backend, spec, options, folder / "out")
                 done.write_text(json.dumps(result, default=str))
         return json.loads(done.read_text())
-
-    def get(self, backend: str, spec, options, into: Path) -> dict:
-        """The same, with the export's folder copied into `into` and the paths pointing there."""
-        result = self.built(backend, spec, options)
-        made = Path(result["artifact"]).parent
-        shutil.copytree(made, into, dirs_exist_ok=True)
-        for key in ("artifact", "sidecar"):
-            if result.get(key):
-                result[key] = str(into / Path(result[key]).relative_to(made))
-        return result

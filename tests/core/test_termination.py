@@ -1,9 +1,12 @@
 """A termination signal's exception is found where a C extension hid it: raised while Ray's wait ran,
-it comes back out as a SystemError caused by it, and must still end the run as that signal."""
+it comes back out as a SystemError caused by it, and must still end the run as that signal. A
+KeyboardInterrupt is taken for a Ctrl-C only where one can come."""
 
 import signal
+import subprocess
+import sys
 
-from vitexport.core.termination import Terminated, signal_in
+from vitexport.core.termination import Terminated, by_signal, signal_in, signals_raise
 
 
 def raised_through_an_extension(error: BaseException) -> SystemError:
@@ -27,3 +30,37 @@ def test_a_signal_behind_a_system_error_is_found():
 def test_other_errors_are_not_signals():
     assert signal_in(raised_through_an_extension(ValueError("no"))) is None
     assert signal_in(RuntimeError("plain")) is None
+
+
+def test_with_sigint_ignored_a_keyboard_interrupt_is_the_codes_own():
+    """Started with SIGINT ignored (a script's background job, nohup), no Ctrl-C can come; with it
+    caught, only a signalled one counts; with nothing caught (the API in a script), none can be told
+    apart. In a fresh interpreter: the suite itself may have been started with SIGINT ignored."""
+    code = """
+import signal
+from vitexport.core.termination import by_signal, signals_raise
+seen = [by_signal()]
+with signals_raise():
+    seen.append(by_signal())
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+seen.append(by_signal())
+with signals_raise():
+    seen.append(by_signal())
+print(seen)
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["[True,", "False,", "False,", "False]"]
+
+
+def test_a_signal_received_still_counts_with_sigint_ignored_since():
+    with signals_raise():
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is signal.SIG_IGN:  # started with SIGINT ignored: nothing to receive here
+            return
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+        assert by_signal()  # the handler ignores further signals while cleanup runs: still a Ctrl-C

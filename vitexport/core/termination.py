@@ -34,8 +34,14 @@ _received = False  # whether a signal has raised since
 
 def by_signal() -> bool:
     """Whether a KeyboardInterrupt now is a real Ctrl-C: one has been signalled, or nothing here turns
-    signals into exceptions (a notebook or script using the API), so none can be told from code's own."""
-    return _received or not _active
+    signals into exceptions (a notebook or script using the API), so none can be told from code's own.
+    With SIGINT ignored (a background job of a script, nohup) no Ctrl-C can come: every
+    KeyboardInterrupt is the code's own."""
+    if _received:
+        return True
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return False
+    return not _active
 
 
 def caught() -> list[signal.Signals]:

@@ -155,8 +155,9 @@ TINY = {
                                                    T.SegformerImageProcessor(size={"height": IMAGE, "width": IMAGE})),
     "UperNetForSemanticSegmentation": lambda T: (_upernet(T), T.SegformerImageProcessor(
         size={"height": IMAGE, "width": IMAGE})),
+    # YOLOS's and DETR's processors as users save them: do_pad stays on (at one size it pads nothing)
     "YolosForObjectDetection": lambda T: (T.YolosConfig(**YOLOS, num_labels=LABELS - 1),
-                                          T.YolosImageProcessor(size={"height": IMAGE, "width": IMAGE}, do_pad=False)),
+                                          T.YolosImageProcessor(size={"height": IMAGE, "width": IMAGE})),
     # channels in multiples of 16: with 8 or 24, OpenVINO's CPU plugin crashes when oneDNN is held to AVX2
     "MobileViTForSemanticSegmentation": lambda T: (T.MobileViTConfig(**MOBILEVIT, hidden_sizes=[16, 32, 48],
                                                                      neck_hidden_sizes=[16, 16, 16, 32, 32, 48, 64]),
@@ -169,8 +170,7 @@ TINY = {
         size={"height": 64, "width": 64})),
     "RTDetrForObjectDetection": lambda T: (_rt_detr(T), T.RTDetrImageProcessor(size={"height": 64, "width": 64})),
     "VitMatteForImageMatting": lambda T: (_vitmatte(T), T.VitMatteImageProcessor()),
-    "DetrForObjectDetection": lambda T: (_detr(T), T.DetrImageProcessor(size={"height": IMAGE, "width": IMAGE},
-                                                                        do_pad=False)),
+    "DetrForObjectDetection": lambda T: (_detr(T), T.DetrImageProcessor(size={"height": IMAGE, "width": IMAGE})),
 }
 
 

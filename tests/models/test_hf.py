@@ -158,8 +158,8 @@ def trimap_difference(folder: Path, loaded) -> float:
 # aspect-keeping 384), at the fixed size a deployed model of theirs takes; their defaults are refused (HF_BAD).
 AT_224 = {"DPTImageProcessor": dict(size={"height": 224, "width": 224}, keep_aspect_ratio=False, ensure_multiple_of=1),
           "SegformerImageProcessor": dict(size={"height": 224, "width": 224}),
-          "YolosImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False),
-          "DetrImageProcessor": dict(size={"height": 224, "width": 224}, do_pad=False),
+          "YolosImageProcessor": dict(size={"height": 224, "width": 224}),  # do_pad as saved by default:
+          "DetrImageProcessor": dict(size={"height": 224, "width": 224}),  # at one size it pads nothing
           "Mask2FormerImageProcessor": dict(size={"height": 224, "width": 224}),
           "RTDetrImageProcessor": dict(size={"height": 224, "width": 224}),
           "SamImageProcessor": dict(size={"longest_edge": 224}, pad_size={"height": 224, "width": 224}),
@@ -279,7 +279,10 @@ HF_BAD = [
     (processor_file(image_processor_type="DPTImageProcessor", size={"height": 32, "width": 32}, ensure_multiple_of=14),
      [], "rounds the size to a multiple of 14 (ensure_multiple_of=14)"),
     (processor_file(image_processor_type="YolosImageProcessor", size={"shortest_edge": 32, "longest_edge": 64}), [],
-     "YolosImageProcessor pads images (do_pad)"),
+     "YolosImageProcessor pads images (do_pad), which vitexport does not reproduce: save it at one size"),
+    (processor_file(image_processor_type="DetrImageProcessor", size={"height": 32, "width": 32},
+                    pad_size={"height": 48, "width": 48}), [],
+     "DetrImageProcessor pads images (do_pad), which vitexport does not reproduce: save it at one size"),
     (None, ["--weights", "model.safetensors"], "--weights does not apply to hf: models"),
     (None, ["--input-shape", "1,3,64,64"], "only the batch can change"),
 ]

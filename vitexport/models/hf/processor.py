@@ -30,6 +30,9 @@ ROUNDS_UP = ("Mask2FormerImageProcessor",)
 # SAM's processor resizes the longer side and pads every image to one size (`pad_size`), zeros after
 # normalising: the model's input has that size whatever the image's shape.
 PADS_TO_SIZE = ("SamImageProcessor",)
+# DETR's, YOLOS's and RT-DETR's processors pad every image of a batch to the batch's largest (or to
+# `pad_size`): nothing at all where every image ends at one size that `pad_size`, if given, equals.
+PADS_TO_LARGEST = ("DetrImageProcessor", "YolosImageProcessor", "RTDetrImageProcessor")
 # ViTMatte's processor takes each image with its trimap, rescaled (not normalised) as a fourth channel,
 # and pads both to a multiple of `size_divisor`: none at an export size that already is one (model.py).
 TRIMAP = ("VitMatteImageProcessor",)
@@ -72,8 +75,10 @@ def recipe(proc, origin: str, where: str) -> dict[str, Any]:
                           f"({', '.join(SUPPORTED)}, torchvision backend)")
     pad = int(getattr(proc, "size_divisor", 0) or 0) if name in TRIMAP and getattr(proc, "do_pad", False) else None
     pad_to = _pad_size(proc) if name in PADS_TO_SIZE and getattr(proc, "do_pad", False) else None
-    if getattr(proc, "do_pad", False) and not (pad or pad_to):
-        raise SourceError(f"hf:{where}: {name} pads images (do_pad), which vitexport does not reproduce")
+    if getattr(proc, "do_pad", False) and not (pad or pad_to or _pads_nothing(proc)):
+        raise SourceError(f"hf:{where}: {name} pads images (do_pad), which vitexport does not reproduce"
+                          + (f": save it at one size (size={{'height': H, 'width': W}}, pad_size unset or the same) "
+                             "or with do_pad=False" if name in PADS_TO_LARGEST else ""))
     for key, plain, does in SIZE_RULES:
         value = getattr(proc, key, plain)
         if value not in (plain, None):
@@ -117,6 +122,21 @@ def _resize(proc, where: str) -> dict[str, int]:
         return {"longest_edge": size.longest_edge}  # then padded to one size: see PADS_TO_SIZE
     raise SourceError(f"hf:{where}: {type(proc).__name__} resizes to {dict(size)}; vitexport reproduces "
                       "{height, width}, {shortest_edge} and SAM's {longest_edge} with its pad")
+
+
+def _pads_nothing(proc) -> bool:
+    """Whether padding to the largest image (or to `pad_size`) leaves every image as it is: each is
+    resized (and cropped) to one size, and `pad_size`, where given, is that size."""
+    if type(proc).__name__ not in PADS_TO_LARGEST:
+        return False
+    if getattr(proc, "do_center_crop", False) and proc.crop_size and proc.crop_size.height and proc.crop_size.width:
+        final = (proc.crop_size.height, proc.crop_size.width)
+    elif proc.do_resize and proc.size.height and proc.size.width and not proc.size.shortest_edge:
+        final = (proc.size.height, proc.size.width)
+    else:
+        return False  # the size depends on the image: padding to the largest changes some
+    pad_to = _pad_size(proc)
+    return pad_to is None or (pad_to["height"], pad_to["width"]) == final
 
 
 def _pad_size(proc) -> dict[str, int] | None:

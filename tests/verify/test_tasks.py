@@ -151,7 +151,7 @@ def test_the_task_can_be_given_on_the_command_line_and_is_recorded(tmp_path):
     from vitexport.cli.app import app
     from vitexport.export import sidecar
 
-    model = f"{ROOT / 'tests' / 'task_models.py'}:embedding"
+    model = f"{ROOT / 'tests' / 'task_models.py'}:matting"  # its (N, 1, H, W) alpha read as a depth map
     run = CliRunner().invoke(app, ["torchscript", "--model", model, "--task", "depth", "--out", str(tmp_path), "--json"])
     assert run.exit_code == 0, run.output
     result = json.loads(run.stdout)
@@ -159,6 +159,48 @@ def test_the_task_can_be_given_on_the_command_line_and_is_recorded(tmp_path):
     assert sidecar.read(Path(result["artifact"])).source.task == "depth"
     bad = CliRunner().invoke(app, ["torchscript", "--model", model, "--task", "pose", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "--task 'pose' is not one of" in bad.output
+
+
+@pytest.mark.parametrize("task,said", [
+    ("depth", "its output logits is (1, 1000), not a map (N, H, W) or (N, 1, H, W)"),
+    ("segmentation", "its output logits is (1, 1000), not a map (N, K, H, W)"),
+    ("matting", "its output logits is (1, 1000), not a map (N, 1, H, W)"),
+    ("detection", "a detection model returns class scores and boxes, named so")])
+def test_a_task_its_outputs_cannot_hold_is_refused_before_any_export(tmp_path, task, said):
+    """A classifier's 1 x 1000 logits are no depth map, class map, alpha or set of boxes: exit 2 naming
+    the output and its shape, and nothing exported."""
+    from typer.testing import CliRunner
+
+    from vitexport.cli.app import app
+
+    run = CliRunner().invoke(app, ["onnx", "--config", "tiny", "--set", "depth=1", "--task", task,
+                                   "--out", str(tmp_path / "out")])
+    assert run.exit_code == 2, run.output
+    assert f"task '{task}' does not fit its outputs: {said}" in " ".join(run.stderr.split())
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    model = f"{ROOT / 'tests' / 'task_models.py'}:embedding"  # (N, E) embeddings: no depth map either
+    run = CliRunner().invoke(app, ["onnx", "--model", model, "--task", "depth", "--out", str(tmp_path / "out")])
+    assert run.exit_code == 2 and "not a map (N, H, W) or (N, 1, H, W)" in " ".join(run.stderr.split())
+
+
+def test_a_module_held_in_memory_whose_task_its_outputs_cannot_hold_is_refused(tmp_path):
+    import torch
+
+    from vitexport.core.errors import SourceError
+
+    class SaysDepth(torch.nn.Module):
+        task, input_shape = "depth", (1, 3, 16, 16)
+
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(3 * 16 * 16, 10)
+
+        def forward(self, x):
+            return self.fc(x.flatten(1))  # (N, 10): scores, not a depth map
+
+    with pytest.raises(SourceError, match=r"does not fit its outputs: its output logits is \(1, 10\)"):
+        api.export("onnx", SaysDepth(), out_dir=tmp_path)
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_task_gate_given_on_the_command_line_refuses_what_misses_it(tmp_path):

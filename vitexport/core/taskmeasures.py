@@ -53,6 +53,37 @@ def task_outputs(task: str, names: list[str]) -> dict[str, str]:
     return {"output": next((n for n in names if any(h in n.lower() for h in hints)), names[0])} if names else {}
 
 
+def shape_problem(task: str, shapes: dict[str, tuple]) -> str | None:
+    """What keeps outputs of these shapes (by name, batch first) from being judged as `task`, or None:
+    depth needs (N, H, W) or (N, 1, H, W), segmentation (N, K, H, W) or mask queries, detection class
+    scores (N, Q, K) beside boxes (N, Q, 4), matting (N, 1, H, W), H and W above 1; an embedding any
+    (N, ...). Classification is judged element-wise and by top-k on any output."""
+    roles = task_outputs(task, list(shapes))
+    if task == "detection":
+        if not roles:
+            return "a detection model returns class scores and boxes, named so (logits, pred_boxes)"
+        scores, boxes = shapes[roles["scores"]], shapes[roles["boxes"]]
+        if len(boxes) != 3 or boxes[-1] != 4:
+            return f"its boxes {roles['boxes']} are {_shape(boxes)}, not (N, Q, 4)"
+        if len(scores) != 3 or scores[1] != boxes[1]:
+            return f"its class scores {roles['scores']} are {_shape(scores)}, not (N, {boxes[1]}, K) beside its boxes"
+        return None
+    if task not in ("depth", "segmentation", "matting") or "masks" in roles or not roles:
+        return None
+    name = roles["output"]
+    shape = tuple(shapes[name])
+    fits = {"depth": (len(shape) == 3 or (len(shape) == 4 and shape[1] == 1)),
+            "segmentation": len(shape) == 4, "matting": len(shape) == 4 and shape[1] == 1}[task]
+    if fits and all(d > 1 for d in shape[-2:]):
+        return None
+    wanted = {"depth": "(N, H, W) or (N, 1, H, W)", "segmentation": "(N, K, H, W)", "matting": "(N, 1, H, W)"}[task]
+    return f"its output {name} is {_shape(shape)}, not a map {wanted} with H and W above 1"
+
+
+def _shape(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
 def task_metrics(task: str, reference: dict[str, "np.ndarray"], candidate: dict[str, "np.ndarray"],
                  class_scores: str = "softmax") -> dict:
     """The task's numbers for one batch of outputs (keys as `task_outputs` names them); a detector's

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 from vitexport.core.errors import SourceError
 from vitexport.models.sources import (MAX_INPUT, LoadedModel, SourceSpec, class_scores_of, export_mode,
-                                      materialise_lazy, task_of, user_outputs)
+                                      fits_task, materialise_lazy, task_of, user_outputs)
 
 REFERENCE_SUFFIX = ".reference.pt2"  # as vitexport.models.reference.SUFFIX, without importing torch here
 
@@ -147,6 +147,8 @@ def held(model, *, input_shape=None, example_inputs=None, name: str | None = Non
             scores = class_scores_of(module, None, spec_text)
             exported, output_names = user_outputs(module, shape, SourceSpec(model=spec_text, seed=seed),
                                                   _names(module))
+            if task != "classification":
+                fits_task(exported, shape, output_names, task, spec_text)
             pre = dict(preprocessing) if preprocessing else {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
             pre.setdefault("size", list(shape[2:]))
             yield LoadedModel(spec, exported, shape, stem, "memory", None, None, pre, output_names, None, notes,

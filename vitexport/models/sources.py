@@ -203,11 +203,29 @@ def load(spec: SourceSpec) -> LoadedModel:
     scores = class_scores_of(model, built.class_scores, spec.model)
     if runs_user_code(spec.model):  # a user's own module may return anything: look before exporting it
         model, output_names = user_outputs(model, shape, spec, output_names)
+    if task != (built.task or "classification"):  # said by --task or the module, not known by its source
+        fits_task(model, shape, output_names, task, spec.model)
     return LoadedModel(spec, model, shape, name, kind, cfg, digest, preprocessing, output_names, weights_file, notes,
                        task=task, class_scores=scores)
 
 
 TASKS = ("classification", "embedding", "depth", "segmentation", "detection", "matting")  # verify.tasks.TASKS
+
+
+def fits_task(model, shape, names: list[str] | None, task: str, where: str) -> None:
+    """Refuse a task the outputs cannot hold (a depth map from 1 x 1000 logits), naming the output and
+    its shape, before anything is exported. `model` returns tensors (flattened by user_outputs)."""
+    import torch
+
+    from vitexport.core.taskmeasures import shape_problem
+
+    with torch.no_grad(), export_mode():
+        y = model(torch.zeros(shape))
+    outputs = [y] if isinstance(y, torch.Tensor) else list(y)
+    names = names or ["logits"]  # a lone output's name in every artifact unless --output-name says another
+    problem = shape_problem(task, {n: tuple(o.shape) for n, o in zip(names, outputs)})
+    if problem:
+        raise SourceError(f"{where}: task {task!r} does not fit its outputs: {problem}")
 
 
 def task_of(model, known: str | None, where: str) -> str:

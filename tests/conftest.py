@@ -27,8 +27,9 @@ def _imported_libraries_out_of_the_collectors_way():
     OpenVINO: hundreds of modules), its objects are frozen out of the garbage collector's walks. Every
     export's check collects garbage (vitexport.models.holding.release) and Python collects every
     generation on its own as objects pile up; with those libraries imported one collection walks some
-    650,000 objects (0.45 s), a fifth of the suite's time before this. Frozen between tests, when only
-    the session's own objects are alive, so no test's garbage is kept."""
+    650,000 objects (0.45 s): a fifth of the export tests' time before this (docs/contributing/
+    testing.md). Frozen between tests, when only the session's and the module's fixtures are alive,
+    so no test's own garbage is kept."""
     global _modules_when_frozen
     if len(sys.modules) - _modules_when_frozen >= 200:
         gc.collect()

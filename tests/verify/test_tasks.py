@@ -45,7 +45,7 @@ def test_identical_outputs_agree_completely(task):
     numbers = tasks.task_metrics(task, out, {k: v.copy() for k, v in out.items()})
     perfect = {"abs_rel": 0.0, "alpha_mad": 0.0}
     for name, value in numbers.items():
-        if name != "confident_detections":
+        if name not in ("confident_detections", "compared_queries"):  # counts, not agreements
             assert value == pytest.approx(perfect.get(name, 1.0)), (name, value)
     assert tasks.gate_failures(task, "int8", numbers) == []
 
@@ -67,13 +67,65 @@ def test_a_damaged_output_is_refused_by_its_tasks_gate(task, damage, refused):
     assert fp32.passed and fp32.task_metrics  # fp32 is held by its element-wise tolerance, not the task's gate
 
 
-def test_numbers_a_batch_cannot_give_are_not_judged():
-    """One row has no nearest neighbour; unconfident logits make no detections: n/d, never a pass or fail."""
+def test_numbers_a_batch_cannot_give_are_not_judged_and_say_why():
+    """One row has no nearest neighbour; unconfident logits make no detections: n/d, never a pass or
+    fail, and the report says why."""
     one = {"output": rng.normal(size=(1, 8))}
     assert tasks.task_metrics("embedding", one, one)["neighbour_agreement"] is None
     flat = {"logits": np.zeros((1, 6, 5)), "pred_boxes": np.full((1, 6, 4), 0.5)}
     numbers = tasks.task_metrics("detection", flat, flat)
     assert numbers["detection_recall"] is None and tasks.gate_failures("detection", "fp16", numbers) == []
+    report = ParityReport(passed=True, precision="fp16", tolerance=Tolerance(0.5, 0.1, 0.99))
+    judge_task(report, "embedding", [(1, "random b=1", one, one)], "fp16")
+    assert report.task_judged_on == ["min_row_cosine"]
+    assert "one row" in report.to_dict()["task_not_given"]["neighbour_agreement"]
+
+
+def detector(confidence: float, queries: int = 20, batch: int = 2) -> dict[str, np.ndarray]:
+    """DETR-like outputs whose best query reaches about `confidence` (4 classes and "no object")."""
+    logits = rng.normal(0, 0.2, (batch, queries, 5))
+    logits[:, :3, 0] += np.log(confidence / (1 - confidence)) + np.log(4)  # three queries lean to class 0
+    return {"logits": logits, "pred_boxes": rng.uniform(0.3, 0.7, (batch, queries, 4))}
+
+
+def test_a_detector_confident_about_nothing_is_judged_query_by_query():
+    """Random weights, noise, an image without objects: no query reaches 0.5, yet query i of the
+    artifact answers PyTorch's query i, so PyTorch's top-k queries must keep their class and box: the
+    check is never vacuous, and the report says it judged the top-k."""
+    out = detector(0.3)
+    numbers = tasks.task_metrics("detection", out, out)
+    assert numbers["confident_detections"] == 0 and numbers["detection_recall"] is None
+    assert numbers["topk_agreement"] == 1.0 and numbers["score_rank_agreement"] == pytest.approx(1.0)
+    assert numbers["compared_queries"] >= tasks.TOP_K
+    moved = {"logits": out["logits"], "pred_boxes": out["pred_boxes"] + 0.2}  # every box off by a fifth
+    fp16 = ParityReport(passed=True, precision="fp16", tolerance=Tolerance(0.5, 0.1, 0.99))
+    judge_task(fp16, "detection", [(2, "random b=2", out, moved)], "fp16")
+    assert fp16.task_metrics["topk_agreement"] == 0.0 and fp16.task_judged_on == ["topk_agreement"]
+    assert fp16.failures == ["detection gate: topk agreement 0 < 0.95"]
+    assert "0.5" in fp16.to_dict()["task_not_given"]["detection_recall"]
+    fp32 = ParityReport(passed=True, precision="fp32", tolerance=Tolerance(0.5, 0.1, 0.99))
+    judge_task(fp32, "detection", [(2, "random b=2", out, moved)], "fp32")
+    assert fp32.passed and fp32.task_judged_on == []  # fp32: held by its element-wise tolerance
+
+
+def test_a_confident_detector_is_judged_on_its_detections():
+    """Where PyTorch is confident, recall and precision judge (the top-k numbers stay beside them)."""
+    out = detector(0.9)
+    report = ParityReport(passed=True, precision="int8", tolerance=Tolerance(0.5, 0.1, 0.99))
+    judge_task(report, "detection", [(2, "random b=2", out, out)], "int8")
+    assert report.passed and report.task_metrics["confident_detections"] == 6
+    assert report.task_judged_on == ["detection_recall", "detection_precision"]
+    assert report.task_metrics["topk_agreement"] == 1.0
+
+
+def test_the_terminal_names_the_gates_that_judged_a_detector():
+    from vitexport.report.tasks import task_line
+
+    out = detector(0.3)
+    report = ParityReport(passed=True, precision="fp16", tolerance=Tolerance(0.5, 0.1, 0.99))
+    judge_task(report, "detection", [(2, "random b=2", out, out)], "fp16")
+    line = task_line(report.to_dict())
+    assert "gate topk agreement >= 0.95" in line and "detection recall >=" not in line, line
 
 
 def test_precision_labels_map_to_their_gates():

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
 # give it) reaches this; the two sides' detections match at this IoU with the same class.
 CONFIDENT = 0.5
 MATCH_IOU = 0.9
+# Every query is compared too, whether or not anything is confident (random weights, noise, an image
+# without objects): query i of the artifact answers PyTorch's query i, so PyTorch's TOP_K queries by
+# score, and every query above SCORE_FLOOR, must keep their class and box (IoU >= MATCH_IOU).
+TOP_K = 10
+SCORE_FLOOR = 0.05
 MATTING_MARGIN = 0.01  # alpha within this of PyTorch's counts as the same (1/100 of the range)
 DEPTH_DELTA = 1.25
 # How a detector's class logits become probabilities: "softmax" over the classes, the last one "no
@@ -28,8 +33,10 @@ GATES: dict[str, dict[str, list[tuple[str, str, float]]]] = {
               "int8": [("abs_rel", "max", 0.05), ("delta1", "min", 0.95)]},
     "segmentation": {"fp16": [("pixel_agreement", "min", 0.99), ("mean_iou", "min", 0.95)],
                      "int8": [("pixel_agreement", "min", 0.97), ("mean_iou", "min", 0.90)]},
-    "detection": {"fp16": [("detection_recall", "min", 0.95), ("detection_precision", "min", 0.95)],
-                  "int8": [("detection_recall", "min", 0.90), ("detection_precision", "min", 0.90)]},
+    "detection": {"fp16": [("detection_recall", "min", 0.95), ("detection_precision", "min", 0.95),
+                           ("topk_agreement", "min", 0.95)],
+                  "int8": [("detection_recall", "min", 0.90), ("detection_precision", "min", 0.90),
+                           ("topk_agreement", "min", 0.90)]},
     "matting": {"fp16": [("alpha_mad", "max", 0.005), ("alpha_within_margin", "min", 0.99)],
                 "int8": [("alpha_mad", "max", 0.02), ("alpha_within_margin", "min", 0.95)]},
 }
@@ -105,7 +112,7 @@ def worst(task: str, per_batch: list[dict]) -> dict:
     keys = {k for m in per_batch for k in m}
     low_is_bad = {name for gates in GATES.get(task, {}).values() for name, kind, _ in gates if kind == "min"}
     low_is_bad |= {k for k in keys if k.endswith(("agreement", "iou", "delta1", "recall", "precision", "margin",
-                                                    "cosine"))}
+                                                    "cosine", "queries"))}
     out = {}
     for key in sorted(keys):
         values = [m[key] for m in per_batch if m.get(key) is not None]
@@ -115,17 +122,38 @@ def worst(task: str, per_batch: list[dict]) -> dict:
 
 def gate_failures(task: str, precision: str, numbers: dict, overrides: dict | None = None) -> list[str]:
     """Why an artifact is refused on its task's numbers (empty: accepted): a reduced precision by its
-    defaults, any precision by the limits the user gave (`overrides`: {metric: limit}, --task-gate).
-    A number the inputs could not give (no confident detection) is not judged."""
+    defaults, any precision by the limits the user gave (`overrides`: {metric: limit}, --task-gate),
+    each gate that applies to these numbers (`applied_gates`)."""
     failures = []
-    for name, kind, limit in gates_for(task, precision, overrides):
-        value = numbers.get(name)
-        if value is None:
-            continue
+    for name, kind, limit in applied_gates(task, precision, numbers, overrides):
+        value = numbers[name]
         if (kind == "min" and value < limit) or (kind == "max" and value > limit):
             sign = "<" if kind == "min" else ">"
             failures.append(f"{task} gate: {name.replace('_', ' ')} {value:.4g} {sign} {limit:g}")
     return failures
+
+
+def applied_gates(task: str, precision: str, numbers: dict,
+                  overrides: dict | None = None) -> list[tuple[str, str, float]]:
+    """The gates that judge these numbers: never one whose number the inputs could not give; a
+    detector by its confident detections where PyTorch made any, else by its top-k queries (so the
+    check is never vacuous), the user's own limits wherever their number exists."""
+    gates = [g for g in gates_for(task, precision, overrides) if numbers.get(g[0]) is not None]
+    if task == "detection":
+        chosen = {"topk_agreement"} if not numbers.get("confident_detections") else {
+            "detection_recall", "detection_precision"}
+        gates = [g for g in gates if g[0] in chosen or g[0] in (overrides or {})]
+    return gates
+
+
+def not_given(task: str, numbers: dict) -> dict[str, str]:
+    """Why each number the inputs could not give is n/d, in words."""
+    why = {"detection_recall": f"no query of PyTorch's reaches probability {CONFIDENT:g} on these inputs",
+           "detection_precision": f"no query of PyTorch's reaches probability {CONFIDENT:g} on these inputs",
+           "neighbour_agreement": "each input held one row: a nearest neighbour needs two",
+           "score_rank_agreement": "fewer than two queries compared, or scores all equal",
+           "abs_rel": "PyTorch's depth is zero everywhere", "delta1": "PyTorch's depth is zero everywhere"}
+    return {name: why.get(name, "the inputs cannot give it") for name, value in numbers.items() if value is None}
 
 
 def gates_for(task: str, precision: str, overrides: dict | None = None) -> list[tuple[str, str, float]]:
@@ -229,22 +257,37 @@ def _class_map_logits(side: dict) -> "np.ndarray":
 
 def _detection(ref: dict, cand: dict, sigmoid: bool = False) -> dict:
     """Of PyTorch's confident detections, the share the artifact finds with the same class and IoU >=
-    MATCH_IOU (recall), and of the artifact's, the share PyTorch has (precision); None with none."""
+    MATCH_IOU (recall), and of the artifact's, the share PyTorch has (precision), None with none; and
+    always, query by query, PyTorch's top-k queries (`_top_queries`): the share whose class and box the
+    artifact's same query keeps, and how well the two sides rank those queries' scores (Spearman)."""
     import numpy as np
 
-    r_found = [_confident(s, b, sigmoid) for s, b in zip(np.asarray(ref["scores"]), np.asarray(ref["boxes"]))]
-    c_found = [_confident(s, b, sigmoid) for s, b in zip(np.asarray(cand["scores"]), np.asarray(cand["boxes"]))]
-    recall = [_matched(a, b) for a, b in zip(r_found, c_found)]
-    precision = [_matched(b, a) for a, b in zip(r_found, c_found)]
-    hits_r, total_r = sum(h for h, _ in recall), sum(n for _, n in recall)
-    hits_p, total_p = sum(h for h, _ in precision), sum(n for _, n in precision)
+    r_classes, r_probs = _classes(np.asarray(ref["scores"]), sigmoid)
+    c_classes, c_probs = _classes(np.asarray(cand["scores"]), sigmoid)
+    r_boxes, c_boxes = np.asarray(ref["boxes"], dtype=np.float64), np.asarray(cand["boxes"], dtype=np.float64)
+    hits_r = total_r = hits_p = total_p = kept = compared = 0
+    ranks = []
+    for n in range(len(r_classes)):
+        r_found = [(int(r_classes[n, q]), r_boxes[n, q]) for q in np.flatnonzero(r_probs[n] >= CONFIDENT)]
+        c_found = [(int(c_classes[n, q]), c_boxes[n, q]) for q in np.flatnonzero(c_probs[n] >= CONFIDENT)]
+        (h, t), (hp, tp) = _matched(r_found, c_found), _matched(c_found, r_found)
+        hits_r, total_r, hits_p, total_p = hits_r + h, total_r + t, hits_p + hp, total_p + tp
+        top = _top_queries(r_probs[n])
+        kept += sum(int(r_classes[n, q] == c_classes[n, q] and _iou(r_boxes[n, q], c_boxes[n, q]) >= MATCH_IOU)
+                    for q in top)
+        compared += len(top)
+        ranks.append(_spearman(r_probs[n, top], c_probs[n, top]))
+    known = [r for r in ranks if r is not None]
     return {"detection_recall": hits_r / total_r if total_r else None,
             "detection_precision": hits_p / total_p if total_p else None,
-            "confident_detections": int(total_r)}
+            "confident_detections": int(total_r),
+            "topk_agreement": kept / compared if compared else None,
+            "score_rank_agreement": min(known) if known else None,
+            "compared_queries": int(min(len(_top_queries(p)) for p in r_probs)) if len(r_probs) else 0}
 
 
-def _confident(scores: "np.ndarray", boxes: "np.ndarray", sigmoid: bool = False) -> list[tuple[int, "np.ndarray"]]:
-    """Each query's most probable class and its box, where that probability reaches CONFIDENT."""
+def _classes(scores: "np.ndarray", sigmoid: bool = False) -> tuple["np.ndarray", "np.ndarray"]:
+    """Each query's most probable object class and that probability, (N, Q) each."""
     import numpy as np
 
     z = np.asarray(scores, dtype=np.float64)
@@ -254,10 +297,26 @@ def _confident(scores: "np.ndarray", boxes: "np.ndarray", sigmoid: bool = False)
     else:
         p = np.exp(z - z.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
-        objects = p[:, :-1] if p.shape[-1] > 1 else p
-    cls, prob = objects.argmax(-1), objects.max(-1)
-    return [(int(k), np.asarray(boxes[q], dtype=np.float64)) for q, (k, s) in enumerate(zip(cls, prob))
-            if s >= CONFIDENT]
+        objects = p[..., :-1] if p.shape[-1] > 1 else p  # the last class is "no object"
+    return objects.argmax(-1), objects.max(-1)
+
+
+def _top_queries(probs: "np.ndarray") -> "np.ndarray":
+    """PyTorch's TOP_K queries by score, and every other query above SCORE_FLOOR."""
+    import numpy as np
+
+    order = np.argsort(-probs, kind="stable")
+    return np.union1d(order[:TOP_K], np.flatnonzero(probs >= SCORE_FLOOR)).astype(int)
+
+
+def _spearman(a: "np.ndarray", b: "np.ndarray") -> float | None:
+    """Rank correlation of two score lists; None for fewer than two or a side whose scores are all equal."""
+    import numpy as np
+
+    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return None
+    ra, rb = (np.argsort(np.argsort(x, kind="stable"), kind="stable").astype(np.float64) for x in (a, b))
+    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def _matched(wanted: list, found: list) -> tuple[int, int]:

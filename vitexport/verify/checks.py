@@ -176,6 +176,9 @@ def judge_task(report: ParityReport, task: str, runs: list[tuple], precision: st
     report.task_metrics = tasks.worst(task, [tasks.task_metrics(task, ref, cand, class_scores)
                                              for _b, _f, ref, cand in runs])
     overrides = report.tolerance.task_gates if report.tolerance is not None else None
+    report.task_judged_on = [name for name, _, _ in tasks.applied_gates(task, precision, report.task_metrics,
+                                                                        overrides)]
+    report.task_not_given = tasks.not_given(task, report.task_metrics) or None
     for failure in tasks.gate_failures(task, precision, report.task_metrics, overrides):
         report.fail(failure)
 

@@ -235,6 +235,8 @@ class ParityReport:
     pre_head: dict | None = None
     task: str | None = None  # what the model does (vitexport.verify.tasks); None in reports before tasks
     task_metrics: dict | None = None  # agreement in the task's terms, worst over the feeds
+    task_judged_on: list[str] | None = None  # the numbers whose gates applied (none at fp32 by default)
+    task_not_given: dict[str, str] | None = None  # why each n/d number is n/d
 
     @classmethod
     def not_checked(cls, reason: str, tol: Tolerance, precision: str) -> "ParityReport":
@@ -267,6 +269,9 @@ class ParityReport:
         if self.task is not None:
             d["task"] = self.task
             d["task_metrics"] = self.task_metrics or {}
+            d["task_judged_on"] = self.task_judged_on or []
+            if self.task_not_given:
+                d["task_not_given"] = self.task_not_given
         return d
 
     @classmethod
@@ -287,7 +292,8 @@ class ParityReport:
                    images=ImageCheck(**images) if images else None,
                    lint=lint,
                    divergence=Divergence(**divergence) if divergence else None,
-                   pre_head=d.get("pre_head"), task=d.get("task"), task_metrics=d.get("task_metrics"))
+                   pre_head=d.get("pre_head"), task=d.get("task"), task_metrics=d.get("task_metrics"),
+                   task_judged_on=d.get("task_judged_on"), task_not_given=d.get("task_not_given"))
 
 
 def compare(runs: list[tuple], tol: Tolerance, precision: str) -> ParityReport:

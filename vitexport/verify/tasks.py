@@ -8,11 +8,13 @@ classes of its pixels, a detector by its boxes, never by top-1.
 | embedding | features (N, ...) | per-row cosine (worst row), nearest-neighbour agreement within a batch |
 | depth | depth (N, H, W) or (N, 1, H, W) | AbsRel, delta1 (share within 1.25x) |
 | segmentation | class logits (N, K, H, W) | pixel agreement of the class maps, their mean IoU |
-| detection | class logits (N, Q, K) and boxes (N, Q, 4) | recall and precision of PyTorch's confident detections (same class, IoU >= 0.9) |
+| detection | class logits (N, Q, K) and boxes (N, Q, 4) | recall and precision of PyTorch's confident detections (same class, IoU >= 0.9); on every input, the share of PyTorch's top-10 queries (and any above 0.05) whose class and box the same query keeps, and the rank agreement of their scores |
 | matting | alpha (N, 1, H, W) | mean absolute alpha error, share of pixels within 0.01 |
 
 The element-wise numbers stay: these are beside them. A reduced-precision artifact (fp16, int8) is
-accepted or refused on its task's numbers (`GATES`), as classifiers are on real images' top-1.
+accepted or refused on its task's numbers (`GATES`), as classifiers are on real images' top-1; a
+detector by its confident detections where PyTorch made any, else by its top-k queries
+(`parity.task_judged_on` names what was judged, `parity.task_not_given` why a number is n/d).
 The numbers and gates are computed by vitexport.core.taskmeasures, which a deploy package carries so
 that its check on the device judges by them too.
 """
@@ -20,8 +22,8 @@ that its check on the device judges by them too.
 from __future__ import annotations
 
 from vitexport.core.taskmeasures import (  # noqa: F401  (the task API's names)
-    CONFIDENT, DEPTH_DELTA, GATE_KINDS, GATES, MATCH_IOU, MATTING_MARGIN, gate_failures, gates_for, task_metrics,
-    task_outputs, worst)
+    CONFIDENT, DEPTH_DELTA, GATE_KINDS, GATES, MATCH_IOU, MATTING_MARGIN, SCORE_FLOOR, TOP_K, applied_gates,
+    gate_failures, gates_for, not_given, task_metrics, task_outputs, worst)
 
 TASKS = ("classification", "embedding", "depth", "segmentation", "detection", "matting")
 

@@ -122,6 +122,8 @@ class Parity(Record):
     divergence: Optional[dict[str, Any]] = None
     task: Optional[str] = None  # what the model does; its numbers by name in task_metrics
     task_metrics: Optional[dict[str, Optional[Number]]] = None
+    task_judged_on: Optional[list[str]] = None  # the numbers whose gates judged it
+    task_not_given: Optional[dict[str, str]] = None  # why a number is n/d
     task_gates: Optional[dict[str, Number]] = None  # the user's limits on them (--task-gate)
 
 

@@ -213,7 +213,7 @@ def judge_task(measures, golden, cases, outputs):
     per_case = [measures.task_metrics(task, dict(zip(names, case["reference"])), dict(zip(names, out)), scores)
                 for case, out in zip(cases, outputs)]
     numbers = measures.worst(task, per_case)
-    gates = measures.gates_for(task, golden["precision"], golden.get("task_gates"))
+    gates = measures.applied_gates(task, golden["precision"], numbers, golden.get("task_gates"))
     failures = measures.gate_failures(task, golden["precision"], numbers, golden.get("task_gates"))
     shown = ", ".join("{} {}".format(k.replace("_", " "), "n/d" if v is None else "{:.4g}".format(v))
                       for k, v in numbers.items())

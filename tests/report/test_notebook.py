@@ -102,6 +102,23 @@ def test_an_export_shows_its_verdict_facts_and_each_check():
     assert "vitexport verify: onnx" in shown(samples()["verify"], "verify")._repr_html_()
 
 
+@pytest.mark.parametrize("kind", ["export", "verify"])
+def test_a_model_that_does_not_classify_shows_its_tasks_numbers_and_gates(kind):
+    """A depth model's display has no top-1 or top-5 column: its own numbers, each with the gate that
+    judged it, and why a number is n/d."""
+    result = samples()[kind]
+    result["parity"].update(task="depth", precision="fp16", task_metrics={"abs_rel": 0.0021, "delta1": None},
+                            task_judged_on=["abs_rel"], task_not_given={"delta1": "PyTorch's depth is zero everywhere"})
+    for check in result["parity"]["checks"]:
+        check["output"] = "depth"
+    markup = shown(result, kind)._repr_html_()
+    assert "top-1" not in markup and "top-5" not in markup
+    for text in ("depth: in the task&#39;s terms", "abs rel", "0.0021", "&lt;= 0.01", "n/d",
+                 "PyTorch&#39;s depth is zero everywhere"):
+        assert text in markup, text
+    assert "top-1" in shown(samples()[kind], kind)._repr_html_()  # a classifier keeps its columns
+
+
 def test_an_artifact_not_checked_here_says_why_instead_of_numbers():
     result = {**samples()["export"], "status": "not-checked-here",
               "parity": {"skipped": "the Core ML evaluator lacks op foo", "checks": []}}

@@ -76,15 +76,21 @@ def export(result: dict) -> dict[str, Any]:
         ("reference", result.get("reference")), ("time", timings)])
     tables = []
     if parity and not parity.get("skipped"):
-        tables.append(_table(["max abs error", "mean abs error", "cosine", "top-1", "top-5", "atol", "rtol"], [[
+        # top-1 and top-5 are a classifier's numbers: a depth map, a mask or boxes show their task's instead
+        ranks = parity.get("task") in (None, "classification")
+        top = ["top-1", "top-5"] if ranks else []
+        tables.append(_table(["max abs error", "mean abs error", "cosine", *top, "atol", "rtol"], [[
             _num(parity.get("max_abs_error")), _num(parity.get("mean_abs_error")), _cosine(parity.get(
-                "cosine_similarity")), _num(parity.get("top1_agreement")), _num(parity.get("top5_agreement")),
+                "cosine_similarity")), *([_num(parity.get("top1_agreement")), _num(parity.get("top5_agreement"))]
+                                         if ranks else []),
             _num(parity.get("atol")), _num(parity.get("rtol"))]], "against PyTorch"))
+        if not ranks:
+            tables.append(_task_table(parity))
         checks = [_dict(c) for c in _list(parity.get("checks"))]
         if checks:
-            tables.append(_table(["batch", "inputs", "output", "max abs error", "cosine", "top-1", "result"], [[
+            tables.append(_table(["batch", "inputs", "output", "max abs error", "cosine", *top[:1], "result"], [[
                 _num(c.get("batch")), _num(c.get("feed")), _num(c.get("output")), _num(c.get("max_abs_error")),
-                _cosine(c.get("cosine_similarity")), _num(c.get("top1_agreement")),
+                _cosine(c.get("cosine_similarity")), *([_num(c.get("top1_agreement"))] if ranks else []),
                 "passed" if c.get("passed") else _num(c.get("reason")) or "failed"] for c in checks], "checks"))
     notes = [_num(n) for n in _list(result.get("source_notes"))]
     if parity.get("skipped"):
@@ -97,6 +103,23 @@ def export(result: dict) -> dict[str, Any]:
     title = f"vitexport {'verify' if 'artifact_modified' in result else 'export'}: {_num(result.get('backend'))}"
     return {"title": title, "verdict": {"text": _num(status), "tone": TONES.get(status, "plain")},
             "facts_rows": facts, "tables": tables, "notes": notes, "page": None, "page_file": None}
+
+
+def _task_table(parity: dict) -> dict[str, Any]:
+    """The task's own numbers (worst over the inputs), each with the gate that judged it, or why it is n/d."""
+    from vitexport.verify.tasks import applied_gates
+
+    numbers = {k: v for k, v in _dict(parity.get("task_metrics")).items() if isinstance(k, str)}
+    try:
+        gates = {name: f"{'>=' if kind == 'min' else '<='} {limit:g}" for name, kind, limit in applied_gates(
+            str(parity.get("task")), str(parity.get("precision", "fp32")), numbers, _dict(parity.get("task_gates")))}
+    except (TypeError, ValueError):  # a hand-edited report's numbers: shown as they are, no gate claimed
+        gates = {}
+    why = _dict(parity.get("task_not_given"))
+    rows = [[name.replace("_", " "), "n/d" if value is None else _num(value, ".4g"),
+             gates.get(name, "") if value is not None else _num(why.get(name))] for name, value in numbers.items()]
+    return _table(["number", "value", "gate"], rows or [["no output it reads", "", ""]],
+                  f"{_num(parity.get('task'))}: in the task's terms")
 
 
 # ------------------------------------------------------------------------------------------- bench

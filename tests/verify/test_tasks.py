@@ -14,8 +14,9 @@ from hypothesis.extra.numpy import arrays
 from task_models import TASK_MODELS
 from vitexport import api, backends
 from vitexport.verify import tasks
-from vitexport.verify.checks import judge_task
 from vitexport.core.errors import ParityError
+from vitexport.models.sources import TASK_OUTPUT_NAMES
+from vitexport.verify.checks import judge_task
 from vitexport.verify.parity import ParityReport, Tolerance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,6 +161,19 @@ def test_a_model_of_every_task_is_verified_in_its_terms(tmp_path, task, backend)
     assert parity["task_metrics"] and all(v is not None for k, v in parity["task_metrics"].items()
                                           if k != "neighbour_agreement")
     assert api.verify(result["artifact"], trust_code=True)["parity"]["task"] == task
+    # a lone output is named for what it holds (depth, masks, alpha, embedding), never logits
+    names = [c["output"] for c in parity["checks"]]
+    assert set(names) == ({"logits", "pred_boxes"} if task == "detection" else {TASK_OUTPUT_NAMES[task]}), names
+
+
+def test_output_name_names_a_lone_output_of_any_task(tmp_path):
+    from vitexport.backends.onnx.options import OnnxOptions
+
+    spec = api.SourceSpec(f"{ROOT / 'tests' / 'task_models.py'}:depth")
+    result = api.export("onnx", spec, OnnxOptions(output_name="inverse_depth"), tmp_path)
+    assert [c["output"] for c in result["parity"]["checks"]] == ["inverse_depth"]
+    assert api.export("onnx", api.SourceSpec("tiny", overrides={"depth": 1}), out_dir=tmp_path)["parity"][
+        "checks"][0]["output"] == "logits"
 
 
 @pytest.mark.parametrize("backend,options", [("coreml", {"precision": "fp16"}),

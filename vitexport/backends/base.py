@@ -54,7 +54,9 @@ class ExportOptions:
     max_batch: int | None = option(None, "Largest batch a dynamic-batch artifact is built for and checked at "
                                          f"(default {DEFAULT_MAX_BATCH}).", minimum=1, maximum=4096)
     input_name: str = option("pixel_values", "Name of the model input.")
-    output_name: str = option("logits", "Name of the model output.")
+    output_name: str = option("logits", "Name of the model output. Left at logits, a model that does not "
+                                        "classify names its lone output for what it holds (depth, masks, alpha, "
+                                        "embedding).")
 
     def validate(self) -> None:
         """Raise UsageError naming the flag for anything no export could honour."""
@@ -169,8 +171,11 @@ def device_source(package: str, name: str) -> str:
 
 def output_names(loaded: "LoadedModel", options: ExportOptions) -> list[str]:
     """The names an artifact gives the model's outputs: the model's own when it has several
-    (a headless transformer's last_hidden_state and pooler_output), else --output-name."""
-    return list(loaded.output_names) if loaded.output_names else [options.output_name]
+    (a headless transformer's last_hidden_state and pooler_output), else --output-name, whose
+    default becomes what the output holds for a model that does not classify (`depth`)."""
+    if loaded.output_names:
+        return list(loaded.output_names)
+    return [loaded.lone_output_name if options.output_name == "logits" else options.output_name]
 
 
 @dataclass

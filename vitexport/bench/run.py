@@ -344,7 +344,7 @@ def sources_for(spec, targets: list[BenchTarget], batches: list[int], artifacts,
         gflops = loaded.config.gflops() if loaded.config else None
         records["torch"] = [{"artifact": None, "bytes": None, "record": ArtifactRecord(
             backend="torch", artifact="", source=loaded.describe(), seed=seed, precision="fp32",
-            input_names=["pixel_values"], output_names=loaded.output_names or ["logits"],
+            input_names=["pixel_values"], output_names=loaded.output_names or [loaded.lone_output_name],
             input_shape=list(loaded.input_shape), dynamic_batch=True, options={}, info={})}]
         needed = sorted({t.backend for t in targets if t.needs_artifact} - set(records))
         for name in needed:

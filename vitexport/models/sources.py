@@ -88,6 +88,12 @@ class LoadedModel:
     released: bool = field(default=False, repr=False, compare=False)
     exclusive: bool = field(default=False, repr=False, compare=False)
 
+    @property
+    def lone_output_name(self) -> str:
+        """What a single unnamed output is called: what it holds (`depth`, `masks`, `alpha`,
+        `embedding`), `logits` for a classifier."""
+        return TASK_OUTPUT_NAMES.get(self.task, "logits")
+
     def release(self) -> None:
         """The export's last use of its model is over: let it go (vitexport.models.holding)."""
         holding.release(self)
@@ -210,6 +216,9 @@ def load(spec: SourceSpec) -> LoadedModel:
 
 
 TASKS = ("classification", "embedding", "depth", "segmentation", "detection", "matting")  # verify.tasks.TASKS
+# A lone output named for what it holds where the model does not name it (a detector has two outputs,
+# named by the model).
+TASK_OUTPUT_NAMES = {"depth": "depth", "segmentation": "masks", "matting": "alpha", "embedding": "embedding"}
 
 
 def fits_task(model, shape, names: list[str] | None, task: str, where: str) -> None:

@@ -1,6 +1,7 @@
 """Tiny Hugging Face models built here (never fetched): one per architecture vitexport supports.
 
-Hidden size 32, 2 layers, 2 heads, 32x32 inputs in 8x8 patches, 5 classes, weights from a fixed seed,
+Hidden size 32, one layer (two where the model mixes kinds of layer), 2 heads, 32x32 inputs in 8x8 patches,
+5 classes, weights from a fixed seed,
 written with `save_pretrained` beside the image processor a published checkpoint of that family ships
 (scaled down). A new entry in vitexport.models.hf.architectures needs one here, or its tests fail.
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 IMAGE, PATCH, LABELS = 32, 8, 5
-LAYERS = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
+# One layer: each layer of these encoders is the same ops, and ExecuTorch's lowering time grows with them.
+LAYERS = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2)
 VIT = dict(LAYERS, intermediate_size=64, image_size=IMAGE, patch_size=PATCH)
 TEXT = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
             max_position_embeddings=16)
@@ -38,17 +40,18 @@ def _siglip(T):
     return T.SiglipImageProcessor(size={"height": IMAGE, "width": IMAGE})
 
 
-# BEiT as microsoft/beit-base-patch16-224: relative-position bias per layer, no absolute positions.
-BEIT = dict(VIT, use_relative_position_bias=True, use_absolute_position_embeddings=False, use_mean_pooling=True,
-            layer_scale_init_value=0.1)
+# BEiT as microsoft/beit-base-patch16-224: relative-position bias per layer (two, so each is seen frozen), no
+# absolute positions.
+BEIT = dict(VIT, num_hidden_layers=2, use_relative_position_bias=True, use_absolute_position_embeddings=False,
+            use_mean_pooling=True, layer_scale_init_value=0.1)
 # DINOv2's checkpoints are trained at 518 and run at 224, so the position embeddings are resized on every
 # forward; a 7x7 grid run at 4x4 does the same here.
 DINOV2 = dict(LAYERS, mlp_ratio=2, image_size=56, patch_size=PATCH)
 
 # Task heads. DPT on a 4x4 patch grid with its neck at two scales; Depth Anything on the DINOv2 above;
 # SegFormer with two stages (its logits at a quarter of the input); YOLOS with 5 detection tokens.
-DPT = dict(VIT, backbone_out_indices=[0, 1], neck_hidden_sizes=[16, 32], reassemble_factors=[2, 1],
-           fusion_hidden_size=16, head_in_index=-1)
+DPT = dict(VIT, num_hidden_layers=2, backbone_out_indices=[0, 1], neck_hidden_sizes=[16, 32],
+           reassemble_factors=[2, 1], fusion_hidden_size=16, head_in_index=-1)
 DEPTH_ANYTHING = dict(neck_hidden_sizes=[16, 32], reassemble_hidden_size=32, fusion_hidden_size=16, head_hidden_size=8,
                       patch_size=PATCH)
 SEGFORMER = dict(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3],
@@ -86,8 +89,8 @@ def _mobilevit(T):  # like apple/deeplabv3-mobilevit-small: shorter side, crop, 
 
 # SAM's ViT: windowed attention in its first layer, global in its second, 16 output channels; its
 # default initialisation (std 1e-10) makes outputs of 1e-22: std 0.02 here.
-SAM = dict(LAYERS, image_size=IMAGE, patch_size=PATCH, output_channels=16, window_size=2, global_attn_indexes=[1],
-           mlp_dim=64, initializer_range=0.02)
+SAM = dict(LAYERS, num_hidden_layers=2, image_size=IMAGE, patch_size=PATCH, output_channels=16, window_size=2,
+           global_attn_indexes=[1], mlp_dim=64, initializer_range=0.02)
 
 
 def _sam(T):  # like facebook/sam-vit-base: the longer side to 1024, pad to 1024x1024
@@ -103,13 +106,16 @@ def _mask2former(T):  # like facebook/mask2former-swin-tiny-ade-semantic: a four
                                use_pretrained_backbone=False)
 
 
-def _rt_detr(T):  # like PekingU/rtdetr_r18vd: a ResNet of basic blocks, three feature levels
+def _rt_detr(T):  # like PekingU/rtdetr_r18vd: a ResNet of basic blocks, feature levels fused and sampled
     # (a random detector's class biases start at a prior of 0.01 and its boxes barely move with the input:
     # a prior of 0.5 and std 0.3 give confident, input-dependent detections)
-    backbone = T.RTDetrResNetConfig(embedding_size=8, hidden_sizes=[8, 16, 16, 16], depths=[1, 1, 1, 1],
-                                    layer_type="basic", out_features=["stage2", "stage3", "stage4"])
-    return T.RTDetrConfig(backbone_config=backbone, d_model=16, encoder_hidden_dim=16, encoder_in_channels=[16, 16, 16],
-                          decoder_in_channels=[16, 16, 16], feat_strides=[8, 16, 32], encoder_ffn_dim=32,
+    # Three stages and two levels, not four and three: the encoder's fusion and the decoder's sampling across
+    # levels are the same ops, in a smaller graph for ExecuTorch to lower.
+    backbone = T.RTDetrResNetConfig(embedding_size=8, hidden_sizes=[8, 16, 16], depths=[1, 1, 1],
+                                    layer_type="basic", out_features=["stage2", "stage3"])
+    return T.RTDetrConfig(backbone_config=backbone, d_model=16, encoder_hidden_dim=16, encoder_in_channels=[16, 16],
+                          decoder_in_channels=[16, 16], feat_strides=[8, 16], num_feature_levels=2,
+                          encode_proj_layers=[1], encoder_ffn_dim=32,
                           decoder_ffn_dim=32, decoder_layers=1, num_queries=5, num_labels=LABELS - 1,
                           encoder_attention_heads=2, decoder_attention_heads=2, decoder_n_points=2, num_denoising=0,
                           anchor_image_size=None, use_pretrained_backbone=False, initializer_bias_prior_prob=0.5,
@@ -129,7 +135,7 @@ def _dpt(T):  # like Intel/dpt-large: a fixed resize, bicubic, mean/std 0.5
 
 
 def _depth_anything(T):
-    backbone = T.Dinov2Config(**DINOV2, out_indices=[1, 2], reshape_hidden_states=False)
+    backbone = T.Dinov2Config(**dict(DINOV2, num_hidden_layers=2), out_indices=[1, 2], reshape_hidden_states=False)
     return T.DepthAnythingConfig(backbone_config=backbone, **DEPTH_ANYTHING)
 
 
@@ -162,7 +168,8 @@ TINY = {
     "MobileViTForSemanticSegmentation": lambda T: (T.MobileViTConfig(**MOBILEVIT, hidden_sizes=[16, 32, 48],
                                                                      neck_hidden_sizes=[16, 16, 16, 32, 32, 48, 64]),
                                                    _mobilevit(T)),
-    "MobileViTV2ForSemanticSegmentation": lambda T: (T.MobileViTV2Config(**MOBILEVIT, width_multiplier=0.25),
+    "MobileViTV2ForSemanticSegmentation": lambda T: (T.MobileViTV2Config(**MOBILEVIT, width_multiplier=0.25,
+                                                                         n_attn_blocks=[1, 1, 1]),
                                                      _mobilevit(T)),
     "SamVisionModel": lambda T: (T.SamVisionConfig(**SAM), _sam(T)),
     "SamModel": lambda T: (T.SamConfig(vision_config=SAM), _sam(T)),

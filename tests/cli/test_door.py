@@ -26,7 +26,6 @@ from vitexport.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = ROOT / "data" / "door"
-TINY = ["--config", "tiny", "--set", "depth=1", "--set", "image_size=32"]
 FUZZ_EXAMPLES = int(os.environ.get("VITEXPORT_FUZZ_EXAMPLES", "0"))
 # VITEXPORT_FUZZ_SHRINK=0 reports the first failing example as found, without minimising it (faster).
 PHASES = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if os.environ.get("VITEXPORT_FUZZ_SHRINK") != "0"
@@ -142,21 +141,27 @@ def invoke(*args):
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    """Real files written by this vitexport: an ONNX artifact and its sidecar, its deploy package and the
+def real(tmp_path_factory, shared_artifacts):
+    """Real files written by this vitexport: an ONNX artifact and its sidecar (the run's shared export of
+    a one-block tiny at 32x32, read-only: tests copy it before changing it), its deploy package and the
     report of its check (run as a device would), a bench report of it (timed by fake workers: fast, and
     the report is written for real), a merged report, plus a matrix report, plan and cache records
     kept in tests/data/door (a matrix run is too slow to repeat here)."""
     sys.path.insert(0, str(ROOT))
     from fake_workers import install
 
+    from vitexport.backends.onnx.options import OnnxOptions
+    from vitexport.models.sources import SourceSpec
+
     out = tmp_path_factory.mktemp("door")
-    assert invoke("onnx", *TINY, "--out", out / "art", "--quiet").exit_code == 0
-    artifact = next((out / "art").glob("*.onnx"))
+    artifact = Path(shared_artifacts.built("onnx", SourceSpec("tiny", overrides={"depth": 1, "image_size": 32}),
+                                           OnnxOptions())["artifact"])
     assert invoke("package", artifact, "--target", "linux", "--out", out / "pkg", "--quiet").exit_code == 0
     package = next(p for p in (out / "pkg").iterdir() if p.is_dir())
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([sys.executable, "check.py"], cwd=package, env=env, check=True, capture_output=True, timeout=120)
+    # Timed by budget as by default, a quarter second per case (eight rounds, the fewest) instead of three.
+    subprocess.run([sys.executable, "check.py", "--budget-s", "0.25"], cwd=package, env=env, check=True,
+                   capture_output=True, timeout=120)
     with pytest.MonkeyPatch.context() as mp:
         install(mp)
         bench = invoke("bench", artifact, "--backend", "onnxruntime", "--batch", "1", "--batch", "2", "--no-roofline",

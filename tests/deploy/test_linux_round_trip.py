@@ -1,16 +1,20 @@
 """The round trip on this machine, end to end: `vitexport package --target linux` of `--config tiny`
-(ONNX), the package copied elsewhere and its check run by the Python of a fresh venv that holds only
+(ONNX; one block at 32x32, the deploy tests' shared export: the round trip, not the model, is under
+test), the package copied elsewhere and its check run by the Python of a fresh venv that holds only
 numpy and onnxruntime (no vitexport, no torch: asserted), the report it writes compared with a
 `vitexport bench --json` report of the same artifact, `vitexport report` on the same files, and the
 page opened in Chromium with both rows. A report whose outputs were tampered with shows its row as
 failed, never as a speed.
 
-The venv is built once per session (`python -m venv`, then pip with the machine's package index or
-cache: about 7 s here); where numpy and onnxruntime cannot be installed, or no browser is installed,
-the tests skip and say why (VITEXPORT_REQUIRE_BROWSER turns the browser's skip into a failure)."""
+The venv is built once per session (`python -m venv --without-pip`, then this Python's pip with the
+machine's package index or cache, no bytecode compiled: about 3 s here); where numpy and onnxruntime
+cannot be installed, or no browser is installed, the tests skip and say why (VITEXPORT_REQUIRE_BROWSER
+turns the browser's skip into a failure)."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -39,9 +43,15 @@ def bare_env() -> dict:
 def device_python(tmp_path_factory) -> Path:
     """The Python of a fresh venv with only numpy and onnxruntime installed."""
     venv = tmp_path_factory.mktemp("device-venv") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300, env=bare_env())
+    # This Python's pip installs into a venv made without one (pip >= 22.3: --python), unless it has
+    # none: the venv's own pip then, seeded by ensurepip (seconds more). Either way it holds only ONLY.
+    outside = importlib.util.find_spec("pip") is not None and \
+        tuple(int(p) for p in importlib.metadata.version("pip").split(".")[:2]) >= (22, 3)
+    subprocess.run([sys.executable, "-m", "venv", *(["--without-pip"] if outside else []), str(venv)], check=True,
+                   timeout=300, env=bare_env())
     python = venv / "bin" / "python"
-    r = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *ONLY],
+    pip = [sys.executable, "-m", "pip", "--python", str(python)] if outside else [str(python), "-m", "pip"]
+    r = subprocess.run([*pip, "install", "--disable-pip-version-check", "--no-compile", "-q", *ONLY],
                        capture_output=True, text=True, timeout=600, env=bare_env())
     if r.returncode:
         pytest.skip(f"numpy and onnxruntime cannot be installed into a fresh venv here: "
@@ -50,13 +60,12 @@ def device_python(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def round_trip(device_python, tmp_path_factory) -> dict:
-    """Package, check on the 'device' (a copy, a bare venv), bench the same artifact; the paths."""
+def round_trip(device_python, exported, tmp_path_factory) -> dict:
+    """Package, check on the 'device' (a copy, a bare venv), bench the same artifact; the paths. The
+    artifact is the deploy tests' shared export (read-only: nothing here writes beside it)."""
     where = tmp_path_factory.mktemp("round-trip")
     cli = CliRunner()
-    r = cli.invoke(app, ["onnx", "--config", "tiny", "--out", str(where / "art"), "--json"])
-    assert r.exit_code == 0, r.output
-    artifact = json.loads(r.stdout)["artifact"]
+    artifact = str(exported("onnx"))
     r = cli.invoke(app, ["package", artifact, "--target", "linux", "--out", str(where / "packages"), "--json"])
     assert r.exit_code == 0, r.output
     device = copy_to_device(Path(json.loads(r.stdout)["package"]), where)
@@ -67,13 +76,15 @@ def round_trip(device_python, tmp_path_factory) -> dict:
                           env=bare_env(), timeout=120)
     assert seen.returncode == 0 and json.loads(seen.stdout.replace("'", '"')) == list(ONLY), seen.stdout + seen.stderr
     start = time.perf_counter()
-    checked = subprocess.run([str(device_python), "check.py"], cwd=device, capture_output=True, text=True,
-                             env=bare_env(), timeout=600)
+    # Timed by budget, in rounds, as by default; a quarter second per case (eight rounds, the
+    # fewest), not a device's three.
+    checked = subprocess.run([str(device_python), "check.py", "--budget-s", "0.25"], cwd=device, capture_output=True,
+                             text=True, env=bare_env(), timeout=600)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     report = device / "device-report.json"
     print(f"check on the device: {time.perf_counter() - start:.1f} s")
-    r = cli.invoke(app, ["bench", artifact, "--backend", "onnxruntime", "--budget-s", "1", "--no-roofline",
-                         "--out", str(where / "bench"), "--json"])
+    r = cli.invoke(app, ["bench", artifact, "--backend", "onnxruntime", "--budget-s", "1", "--warmup-iters", "1",
+                         "--warmup-s", "0", "--no-roofline", "--out", str(where / "bench"), "--json"])
     assert r.exit_code == 0, r.output
     bench = where / "bench.json"
     bench.write_text(r.stdout)

@@ -97,8 +97,8 @@ def test_a_missing_reference_is_damage(onnx_export, tmp_path):
 def test_the_artifact_is_packaged_and_timed_from_the_reference(onnx_export, tmp_path):
     packaged = api.package(onnx_export["artifact"], "linux", out_dir=tmp_path)
     assert Path(packaged["package"]).is_dir()
-    run = _vitexport("bench", onnx_export["artifact"], "--iters", 5, "--rounds", 1, "--out", tmp_path / "bench",
-                     "--json", cwd=tmp_path)
+    run = _vitexport("bench", onnx_export["artifact"], "--iters", 5, "--rounds", 1, "--warmup-iters", 1,
+                     "--warmup-s", 0, "--no-roofline", "--out", tmp_path / "bench", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     rows = {row["backend"] for row in report["results"]}

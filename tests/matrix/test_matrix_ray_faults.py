@@ -8,6 +8,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,8 +124,11 @@ def no_leftovers(out: Path) -> list[Path]:
     return [p for p in out.rglob("*") if p.name.startswith(".vitexport-") or ".tmp" in p.name]
 
 
-@pytest.mark.slow  # a two-node cluster, two refused joins and two runs: about 45 s on two cores
-def test_a_token_cluster_and_a_lost_device_node_whose_cells_end_with_the_reason_and_rerun(tmp_path):
+@pytest.mark.slow  # a two-node cluster, two refused joins and five runs: about 60 s on two cores
+def test_a_token_cluster_loses_its_device_node_gets_sigterm_a_crashed_driver_then_its_head(tmp_path):
+    """One cluster for every fault (it takes seconds to start, and the runs hold the machine's one
+    cluster slot in turn anyway): the lost device node first, on a run from scratch; the runs after it
+    start with one cell finished and time the other, which each fault then stops; the lost head last."""
     plan, out, auth = plan_in(tmp_path), tmp_path / "out", token_in(tmp_path)
     with ray_cluster(env=auth) as cluster:
         # A wrong token, and none sent: each said as such, with how to give it, before any work.
@@ -157,22 +161,23 @@ def test_a_token_cluster_and_a_lost_device_node_whose_cells_end_with_the_reason_
         assert merged["matrix"]["cached"]["timings_run"] == 1  # the one that ran; the other waited in vain
         assert json.loads((out / "matrix-plan.json").read_text())["matrix"]["cells"] == merged["matrix"]["cells"]
         assert no_leftovers(out) == []
+        timings = set((out / "cache").glob("timing-*.json"))
+        assert len(timings) == 1
 
-        cluster.send("add edge")  # a fresh device node joins: the same command finishes the matrix
-        code, again, stderr = Run(plan, out, cluster.address, "--node-wait", "3", env=auth).end()
+        # A fresh device node joins: the same command finishes the matrix (in a copy of the folder:
+        # `out` keeps its unfinished cell for the faults below).
+        cluster.send("add edge")
+        again_out = Path(shutil.copytree(out, tmp_path / "again"))
+        code, again, stderr = Run(plan, again_out, cluster.address, "--node-wait", "3", env=auth).end()
         assert code == 0, stderr
         assert set(statuses(again).values()) == {"passed"}
         cached = again["matrix"]["cached"]
         assert (cached["exports_run"], cached["timings_run"], cached["timings"]) == (0, 1, 1)
+        assert set((out / "cache").glob("timing-*.json")) == timings  # the other folder's run left it as it was
 
-
-@pytest.mark.slow  # a two-node cluster and three runs: about 50 s on two cores
-def test_sigterm_a_crashed_driver_then_a_lost_head_end_with_one_line_and_what_finished(tmp_path):
-    plan, out, auth = plan_in(tmp_path), tmp_path / "out", token_in(tmp_path)
-    with ray_cluster(env=auth) as cluster:
         # SIGTERM mid-run (with the right token): 143, one line saying what was cancelled.
         run = Run(plan, out, cluster.address, env=auth)
-        run.wait_for("[1/2]")
+        run.wait_for("[1/2]")  # the cached cell; the other's timing runs now
         run.proc.send_signal(signal.SIGTERM)
         code, merged, stderr = run.end()
         assert code == 128 + signal.SIGTERM, stderr
@@ -184,8 +189,7 @@ def test_sigterm_a_crashed_driver_then_a_lost_head_end_with_one_line_and_what_fi
         assert merged["matrix"]["stopped"]["by"] == "SIGTERM" and merged["matrix"]["exit_code"] == 143
         assert no_leftovers(out) == []
         gives_back_the_device(cluster)  # the cancelled timing
-        timings = set((out / "cache").glob("timing-*.json"))
-        assert len(timings) == 1
+        assert set((out / "cache").glob("timing-*.json")) == timings
 
         # The process that talks to Ray crashes (as Ray's C++ may crash it): the run ends as on a lost cluster.
         run = Run(plan, out, cluster.address, env=auth)

@@ -68,12 +68,26 @@ def ran(merged: dict) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def first(tmp_path_factory):
-    """The plan run once from scratch through the CLI: (plan path, matrix folder, exit code, report, stderr)."""
-    folder = tmp_path_factory.mktemp("matrix")
-    plan = folder / "plan.toml"
-    plan.write_text(PLAN)
-    code, merged, stderr = matrix_cli(plan, folder / "out")
-    return plan, folder / "out", code, merged, stderr
+    """The plan run once from scratch through the CLI: (plan path, matrix folder, exit code, report, stderr).
+
+    Once per test run, not per pytest-xdist worker (the run takes seconds): the first worker that asks
+    runs it under a file lock, the others wait and read it. Read-only: a test that runs the matrix
+    again copies the folder first (copy_of)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "matrix-run-first"
+    done = folder / "result.json"
+    with FileLock(str(folder) + ".lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that died mid-run left it
+            folder.mkdir(parents=True)
+            plan = folder / "plan.toml"
+            plan.write_text(PLAN)
+            code, merged, stderr = matrix_cli(plan, folder / "out")
+            done.write_text(json.dumps({"code": code, "merged": merged, "stderr": stderr}))
+    result = json.loads(done.read_text())
+    return folder / "plan.toml", folder / "out", result["code"], result["merged"], result["stderr"]
 
 
 def copy_of(out: Path, tmp_path: Path) -> Path:

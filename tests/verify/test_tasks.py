@@ -82,6 +82,20 @@ def test_numbers_a_batch_cannot_give_are_not_judged_and_say_why():
     assert "one row" in report.to_dict()["task_not_given"]["neighbour_agreement"]
 
 
+@pytest.mark.parametrize("shape", [(1, 8, 6, 6), (1, 20, 8)], ids=["map", "tokens"])
+def test_one_images_feature_map_is_judged_position_by_position(shape):
+    """SAM's encoder at a static batch of 1 gives one row, but a map of positions: each position's
+    nearest other position must stay the same (channels first in a map, last in tokens)."""
+    ref = {"output": rng.normal(size=shape)}
+    assert tasks.task_metrics("embedding", ref, {"output": ref["output"] * 1.001})["neighbour_agreement"] == 1.0
+    noisy = {"output": ref["output"] + rng.normal(0, 3, shape)}
+    numbers = tasks.task_metrics("embedding", ref, noisy)
+    assert numbers["neighbour_agreement"] is not None and numbers["neighbour_agreement"] < 0.9
+    assert tasks.gate_failures("embedding", "fp16", numbers)  # the positions' neighbours are judged
+    pooled = {"output": rng.normal(size=(1, 16))}  # one pooled vector: nothing to compare it with
+    assert tasks.task_metrics("embedding", pooled, pooled)["neighbour_agreement"] is None
+
+
 def detector(confidence: float, queries: int = 20, batch: int = 2) -> dict[str, np.ndarray]:
     """DETR-like outputs whose best query reaches about `confidence` (4 classes and "no object")."""
     logits = rng.normal(0, 0.2, (batch, queries, 5))
@@ -161,9 +175,9 @@ def test_a_model_of_every_task_is_verified_in_its_terms(tmp_path, task, backend)
     assert parity["task_metrics"] and all(v is not None for k, v in parity["task_metrics"].items()
                                           if k != "neighbour_agreement")
     assert api.verify(result["artifact"], trust_code=True)["parity"]["task"] == task
-    # a lone output is named for what it holds (depth, masks, alpha, embedding), never logits
+    # a lone output is named for what it holds (depth, alpha, embedding; a segmenter's class logits stay logits)
     names = [c["output"] for c in parity["checks"]]
-    assert set(names) == ({"logits", "pred_boxes"} if task == "detection" else {TASK_OUTPUT_NAMES[task]}), names
+    assert set(names) == ({"logits", "pred_boxes"} if task == "detection" else {TASK_OUTPUT_NAMES.get(task, "logits")})
 
 
 def test_output_name_names_a_lone_output_of_any_task(tmp_path):

@@ -55,7 +55,7 @@ class ExportOptions:
                                          f"(default {DEFAULT_MAX_BATCH}).", minimum=1, maximum=4096)
     input_name: str = option("pixel_values", "Name of the model input.")
     output_name: str = option("logits", "Name of the model output. Left at logits, a model that does not "
-                                        "classify names its lone output for what it holds (depth, masks, alpha, "
+                                        "classify names its lone output for what it holds (depth, alpha, "
                                         "embedding).")
 
     def validate(self) -> None:

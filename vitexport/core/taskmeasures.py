@@ -19,6 +19,7 @@ MATCH_IOU = 0.9
 # score, and every query above SCORE_FLOOR, must keep their class and box (IoU >= MATCH_IOU).
 TOP_K = 10
 SCORE_FLOOR = 0.05
+MAX_POSITIONS = 1024  # an embedding map's positions compared as rows (1024^2 similarities, 8 MB)
 MATTING_MARGIN = 0.01  # alpha within this of PyTorch's counts as the same (1/100 of the range)
 DEPTH_DELTA = 1.25
 # How a detector's class logits become probabilities: "softmax" over the classes, the last one "no
@@ -150,7 +151,8 @@ def not_given(task: str, numbers: dict) -> dict[str, str]:
     """Why each number the inputs could not give is n/d, in words."""
     why = {"detection_recall": f"no query of PyTorch's reaches probability {CONFIDENT:g} on these inputs",
            "detection_precision": f"no query of PyTorch's reaches probability {CONFIDENT:g} on these inputs",
-           "neighbour_agreement": "each input held one row: a nearest neighbour needs two",
+           "neighbour_agreement": "each input held one row and no positions (a static batch of 1): a nearest "
+                                  "neighbour needs two; a dynamic-batch artifact is checked at batches of 3 and 8",
            "score_rank_agreement": "fewer than two queries compared, or scores all equal",
            "abs_rel": "PyTorch's depth is zero everywhere", "delta1": "PyTorch's depth is zero everywhere"}
     return {name: why.get(name, "the inputs cannot give it") for name, value in numbers.items() if value is None}
@@ -182,6 +184,8 @@ def _rows(a: "np.ndarray") -> "np.ndarray":
 
 
 def _embedding(ref: dict, cand: dict) -> dict:
+    """The worst row's cosine, and whether each row's nearest other row is the same on both sides: the
+    batch's rows, or with one row a feature map's positions (SAM's (N, C, H, W), tokens (N, T, D))."""
     import numpy as np
 
     r, c = _rows(ref["output"]), _rows(cand["output"])
@@ -190,7 +194,22 @@ def _embedding(ref: dict, cand: dict) -> dict:
     out = {"min_row_cosine": float(cosines.min()), "neighbour_agreement": None}
     if len(r) >= 2:
         out["neighbour_agreement"] = float(np.mean(_nearest(r) == _nearest(c)))
+    elif np.ndim(ref["output"]) >= 3 and np.shape(ref["output"]) == np.shape(cand["output"]):
+        rp, cp = _positions(ref["output"]), _positions(cand["output"])
+        if len(rp) >= 2:
+            out["neighbour_agreement"] = float(np.mean(_nearest(rp) == _nearest(cp)))
     return out
+
+
+def _positions(a: "np.ndarray") -> "np.ndarray":
+    """One image's feature vectors, one row per position: channels first for a map (1, C, H, W), last
+    for tokens (1, T, D); at most MAX_POSITIONS of them, evenly spaced (the similarities are a square)."""
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float64)[0]
+    rows = a.reshape(a.shape[0], -1).T if a.ndim >= 3 else a.reshape(-1, a.shape[-1])
+    step = max(1, -(-len(rows) // MAX_POSITIONS))
+    return rows[::step]
 
 
 def _nearest(rows: "np.ndarray") -> "np.ndarray":

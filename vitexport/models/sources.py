@@ -90,8 +90,8 @@ class LoadedModel:
 
     @property
     def lone_output_name(self) -> str:
-        """What a single unnamed output is called: what it holds (`depth`, `masks`, `alpha`,
-        `embedding`), `logits` for a classifier."""
+        """What a single unnamed output is called: what it holds (`depth`, `alpha`, `embedding`),
+        `logits` for a classifier or a segmenter (class logits per pixel)."""
         return TASK_OUTPUT_NAMES.get(self.task, "logits")
 
     def release(self) -> None:
@@ -216,9 +216,10 @@ def load(spec: SourceSpec) -> LoadedModel:
 
 
 TASKS = ("classification", "embedding", "depth", "segmentation", "detection", "matting")  # verify.tasks.TASKS
-# A lone output named for what it holds where the model does not name it (a detector has two outputs,
-# named by the model).
-TASK_OUTPUT_NAMES = {"depth": "depth", "segmentation": "masks", "matting": "alpha", "embedding": "embedding"}
+# A lone output named for what it holds where the model does not name it. A segmenter's lone output is
+# its class logits per pixel (SegFormer names it so) and stays `logits`; a detector has two outputs,
+# named by the model.
+TASK_OUTPUT_NAMES = {"depth": "depth", "matting": "alpha", "embedding": "embedding"}
 
 
 def fits_task(model, shape, names: list[str] | None, task: str, where: str) -> None:

@@ -177,7 +177,8 @@ def test_a_token_cluster_loses_its_device_node_gets_sigterm_a_crashed_driver_the
 
         # SIGTERM mid-run (with the right token): 143, one line saying what was cancelled.
         run = Run(plan, out, cluster.address, env=auth)
-        run.wait_for("[1/2]")  # the cached cell; the other's timing runs now
+        run.wait_for("[1/2]")  # the cached cell
+        takes_the_device(cluster)  # the other cell's timing now runs on the device node
         run.proc.send_signal(signal.SIGTERM)
         code, merged, stderr = run.end()
         assert code == 128 + signal.SIGTERM, stderr
@@ -193,7 +194,8 @@ def test_a_token_cluster_loses_its_device_node_gets_sigterm_a_crashed_driver_the
 
         # The process that talks to Ray crashes (as Ray's C++ may crash it): the run ends as on a lost cluster.
         run = Run(plan, out, cluster.address, env=auth)
-        run.wait_for("[1/2]")  # the cached cell; the other's timing runs now
+        run.wait_for("[1/2]")  # the cached cell
+        takes_the_device(cluster)  # the other cell's timing now runs on the device node
         os.kill(driver_of(run.proc.pid), signal.SIGSEGV)
         code, merged, stderr = run.end()
         assert code == 1, stderr
@@ -208,7 +210,8 @@ def test_a_token_cluster_loses_its_device_node_gets_sigterm_a_crashed_driver_the
 
         # The head lost mid-run: one line naming the address, within seconds; what finished written.
         run = Run(plan, out, cluster.address, env=auth)
-        run.wait_for("[1/2]")  # the cached cell; the other's timing runs now
+        run.wait_for("[1/2]")  # the cached cell
+        takes_the_device(cluster)  # the other cell's timing now runs on the device node
         cluster.send("remove head")
         removed = time.monotonic()
         said = run.wait_for("error: lost the Ray cluster", timeout=60)
@@ -224,6 +227,14 @@ def test_a_token_cluster_loses_its_device_node_gets_sigterm_a_crashed_driver_the
         on_disk = json.loads((out / "matrix-plan.json").read_text())
         assert on_disk["matrix"]["cells"] == merged["matrix"]["cells"]
         assert set((out / "cache").glob("timing-*.json")) == timings and no_leftovers(out) == []
+
+
+def takes_the_device(cluster, within: float = 120) -> None:
+    """Wait until a timing holds the device node's one `device:edge` (Ray lists none left as absent)."""
+    deadline = time.monotonic() + within
+    while cluster.send("resources").get("device:edge", 0.0) != 0.0:
+        assert time.monotonic() < deadline, "no timing took device:edge"
+        time.sleep(0.2)
 
 
 def gives_back_the_device(cluster, within: float = 30) -> None:

@@ -123,6 +123,12 @@ def test_a_detector_confident_about_nothing_is_judged_query_by_query():
     assert fp32.passed and fp32.task_judged_on == []  # fp32: held by its element-wise tolerance
 
 
+def test_detections_of_another_shape_give_no_numbers_rather_than_an_error():
+    out = detector(0.9)
+    fewer = {"logits": out["logits"][:, :5], "pred_boxes": out["pred_boxes"][:, :5]}
+    assert tasks.task_metrics("detection", out, fewer) == {}
+
+
 def test_a_confident_detector_is_judged_on_its_detections():
     """Where PyTorch is confident, recall and precision judge (the top-k numbers stay beside them)."""
     out = detector(0.9)

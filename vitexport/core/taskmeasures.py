@@ -281,6 +281,8 @@ def _detection(ref: dict, cand: dict, sigmoid: bool = False) -> dict:
     artifact's same query keeps, and how well the two sides rank those queries' scores (Spearman)."""
     import numpy as np
 
+    if any(np.shape(ref[k]) != np.shape(cand[k]) for k in ("scores", "boxes")) or np.ndim(ref["scores"]) != 3:
+        return {}  # the element-wise check names the mismatch; query i must exist on both sides
     r_classes, r_probs = _classes(np.asarray(ref["scores"]), sigmoid)
     c_classes, c_probs = _classes(np.asarray(cand["scores"]), sigmoid)
     r_boxes, c_boxes = np.asarray(ref["boxes"], dtype=np.float64), np.asarray(cand["boxes"], dtype=np.float64)

@@ -15,6 +15,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from vitexport.report.tasks import classifies
+
+
 def _dict(value: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
@@ -77,7 +80,7 @@ def export(result: dict) -> dict[str, Any]:
     tables = []
     if parity and not parity.get("skipped"):
         # top-1 and top-5 are a classifier's numbers: a depth map, a mask or boxes show their task's instead
-        ranks = parity.get("task") in (None, "classification")
+        ranks = classifies(parity)
         top = ["top-1", "top-5"] if ranks else []
         tables.append(_table(["max abs error", "mean abs error", "cosine", *top, "atol", "rtol"], [[
             _num(parity.get("max_abs_error")), _num(parity.get("mean_abs_error")), _cosine(parity.get(

@@ -283,6 +283,27 @@ def test_a_sigmoid_detectors_package_reads_its_scores_as_its_export_did(hf_dir, 
     assert json.loads(judged.stdout)["parity"]["task_metrics"]["confident_detections"] == own["confident_detections"]
 
 
+def test_an_embedding_package_at_a_batch_of_one_judges_its_neighbours(tmp_path):
+    """A pooled embedding exported at a static batch of 1: each seeded case holds several rows (run one
+    by one), so the device and `verify --device-report` both give the neighbour agreement, and alike."""
+    from vitexport import api
+    from vitexport.deploy.package import package
+
+    spec = api.SourceSpec(f"{ROOT / 'tests' / 'task_models.py'}:embedding")
+    artifact = api.export("onnx", spec, out_dir=tmp_path / "out")["artifact"]
+    folder = Path(package(artifact, "linux", out_dir=tmp_path / "packages", trust_code=True)["package"])
+    golden = json.loads((folder / "golden" / "golden.json").read_text())
+    assert golden["task"] == "embedding" and all(c["rows"] >= 3 and c["batch"] == 1 for c in golden["cases"])
+    device = copy_to_device(folder, tmp_path)
+    checked = run_check(device)
+    assert checked.returncode == 0, checked.stderr
+    own = json.loads((device / "device-report.json").read_text())["verdict"]["task_metrics"]
+    judged = verify(device / "device-report.json", "--json")
+    assert judged.exit_code == 0, judged.stderr
+    assert own["neighbour_agreement"] == 1.0
+    assert json.loads(judged.stdout)["parity"]["task_metrics"] == pytest.approx(own)
+
+
 def test_a_detection_package_is_judged_on_its_boxes(tmp_path):
     """The package carries the model's task and the limits its export was held to (--task-gate): the
     device's detections are judged as detections, and boxes moved on the device are refused by them."""

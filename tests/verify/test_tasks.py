@@ -79,7 +79,27 @@ def test_numbers_a_batch_cannot_give_are_not_judged_and_say_why():
     report = ParityReport(passed=True, precision="fp16", tolerance=Tolerance(0.5, 0.1, 0.99))
     judge_task(report, "embedding", [(1, "random b=1", one, one)], "fp16")
     assert report.task_judged_on == ["min_row_cosine"]
-    assert "one row" in report.to_dict()["task_not_given"]["neighbour_agreement"]
+    assert "fewer than 3 rows" in report.to_dict()["task_not_given"]["neighbour_agreement"]
+    two = {"output": rng.normal(size=(2, 8))}  # of two rows, each is the other's nearest whatever the values
+    assert tasks.task_metrics("embedding", two, {"output": rng.normal(size=(2, 8))})["neighbour_agreement"] is None
+
+
+def test_one_row_feeds_are_compared_side_by_side():
+    """A static batch of 1 gives one pooled row per feed: the rows of several feeds are neighbours of
+    one another, so an artifact that mixes up which image is like which fails the embedding gate."""
+    rows = rng.normal(size=(4, 16))
+    rows[1] = rows[0] + rng.normal(0, 0.05, 16)  # 0 and 1 alike, 2 and 3 alike
+    rows[3] = rows[2] + rng.normal(0, 0.05, 16)
+    feeds = [(1, f"random b=1 #{i}", {"output": rows[i:i + 1]}, {"output": rows[i:i + 1] * 1.0001}) for i in range(4)]
+    report = ParityReport(passed=True, precision="fp16", tolerance=Tolerance(0.5, 0.1, 0.99))
+    judge_task(report, "embedding", feeds, "fp16")
+    assert report.task_metrics["neighbour_agreement"] == 1.0 and report.passed
+    assert report.task_judged_on == ["min_row_cosine", "neighbour_agreement"]
+    swapped = [(b, f, ref, {"output": rows[[1, 2, 3, 0][i]:[1, 2, 3, 0][i] + 1]}) for i, (b, f, ref, _c) in enumerate(feeds)]
+    mixed = ParityReport(passed=True, precision="fp16", tolerance=Tolerance(0.5, 0.1, 0.99))
+    judge_task(mixed, "embedding", [feeds[0], feeds[1], swapped[2], swapped[3]], "fp16")
+    assert mixed.task_metrics["neighbour_agreement"] < 0.99
+    assert any(f.startswith("embedding gate: neighbour agreement") for f in mixed.failures), mixed.failures
 
 
 @pytest.mark.parametrize("shape", [(1, 8, 6, 6), (1, 20, 8)], ids=["map", "tokens"])
@@ -178,8 +198,9 @@ def test_a_model_of_every_task_is_verified_in_its_terms(tmp_path, task, backend)
     result = api.export(backend, spec, out_dir=tmp_path)
     parity = result["parity"]
     assert result["status"] == "verified" and parity["task"] == task
-    assert parity["task_metrics"] and all(v is not None for k, v in parity["task_metrics"].items()
-                                          if k != "neighbour_agreement")
+    # every number, an embedding's neighbours too (a static batch of 1: several seeded feeds side by side)
+    assert parity["task_metrics"] and all(v is not None for v in parity["task_metrics"].values()), parity
+    assert "task_not_given" not in parity
     assert api.verify(result["artifact"], trust_code=True)["parity"]["task"] == task
     # a lone output is named for what it holds (depth, alpha, embedding; a segmenter's class logits stay logits)
     names = [c["output"] for c in parity["checks"]]

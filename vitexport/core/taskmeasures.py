@@ -20,6 +20,10 @@ MATCH_IOU = 0.9
 TOP_K = 10
 SCORE_FLOOR = 0.05
 MAX_POSITIONS = 1024  # an embedding map's positions compared as rows (1024^2 similarities, 8 MB)
+# Embeddings: each row's nearest other row is compared, which says something from three rows on (of
+# two, each is the other's nearest whatever the values). An artifact whose batch holds fewer is fed
+# several seeded inputs and its rows are compared across them (`over_cases`).
+NEIGHBOUR_ROWS = 3
 MATTING_MARGIN = 0.01  # alpha within this of PyTorch's counts as the same (1/100 of the range)
 DEPTH_DELTA = 1.25
 # How a detector's class logits become probabilities: "softmax" over the classes, the last one "no
@@ -151,8 +155,8 @@ def not_given(task: str, numbers: dict) -> dict[str, str]:
     """Why each number the inputs could not give is n/d, in words."""
     why = {"detection_recall": f"no query of PyTorch's reaches probability {CONFIDENT:g} on these inputs",
            "detection_precision": f"no query of PyTorch's reaches probability {CONFIDENT:g} on these inputs",
-           "neighbour_agreement": "each input held one row and no positions (a static batch of 1): a nearest "
-                                  "neighbour needs two; a dynamic-batch artifact is checked at batches of 3 and 8",
+           "neighbour_agreement": f"the inputs held fewer than {NEIGHBOUR_ROWS} rows in all and no feature map's "
+                                  "positions: a nearest neighbour says nothing among fewer",
            "score_rank_agreement": "fewer than two queries compared, or scores all equal",
            "abs_rel": "PyTorch's depth is zero everywhere", "delta1": "PyTorch's depth is zero everywhere"}
     return {name: why.get(name, "the inputs cannot give it") for name, value in numbers.items() if value is None}
@@ -192,13 +196,46 @@ def _embedding(ref: dict, cand: dict) -> dict:
     norms = np.linalg.norm(r, axis=1) * np.linalg.norm(c, axis=1)
     cosines = np.where(norms > 0, (r * c).sum(1) / np.where(norms > 0, norms, 1), 1.0)
     out = {"min_row_cosine": float(cosines.min()), "neighbour_agreement": None}
-    if len(r) >= 2:
-        out["neighbour_agreement"] = float(np.mean(_nearest(r) == _nearest(c)))
+    if len(r) >= NEIGHBOUR_ROWS:
+        out["neighbour_agreement"] = _agreement(r, c)
     elif np.ndim(ref["output"]) >= 3 and np.shape(ref["output"]) == np.shape(cand["output"]):
         rp, cp = _positions(ref["output"]), _positions(cand["output"])
-        if len(rp) >= 2:
-            out["neighbour_agreement"] = float(np.mean(_nearest(rp) == _nearest(cp)))
+        if len(rp) >= NEIGHBOUR_ROWS:
+            out["neighbour_agreement"] = _agreement(rp, cp)
     return out
+
+
+def _agreement(r: "np.ndarray", c: "np.ndarray") -> float:
+    import numpy as np
+
+    return float(np.mean(_nearest(r) == _nearest(c)))
+
+
+def over_cases(task: str, pairs: list, class_scores: str = "softmax") -> dict:
+    """The task's numbers over several cases, each a (reference, candidate) pair of outputs: the worst
+    of each number; and for an embedding whose cases each hold too few rows for a neighbour (a static
+    batch of 1), the rows of every case side by side, so that a neighbour is found among them."""
+    numbers = worst(task, [task_metrics(task, ref, cand, class_scores) for ref, cand in pairs])
+    if task == "embedding" and "neighbour_agreement" in numbers and numbers["neighbour_agreement"] is None:
+        numbers["neighbour_agreement"] = _neighbours_across(pairs)
+    return numbers
+
+
+def _neighbours_across(pairs: list) -> float | None:
+    """Neighbour agreement over the rows of every case together; None if they are fewer than
+    NEIGHBOUR_ROWS, a case lacks the output, or the rows differ in width."""
+    import numpy as np
+
+    refs, cands = [], []
+    for ref, cand in pairs:
+        name = task_outputs("embedding", list(ref)).get("output")
+        if name is None or name not in cand or np.shape(ref[name]) != np.shape(cand[name]):
+            return None
+        refs.append(_rows(ref[name]))
+        cands.append(_rows(cand[name]))
+    if len({r.shape[1] for r in refs}) != 1 or sum(len(r) for r in refs) < NEIGHBOUR_ROWS:
+        return None
+    return _agreement(np.concatenate(refs), np.concatenate(cands))
 
 
 def _positions(a: "np.ndarray") -> "np.ndarray":

@@ -51,6 +51,7 @@ def eight_bit_pixels(shape: tuple[int, ...], seed: int, mean, std) -> np.ndarray
 def make_cases(be: "Backend", record: "ArtifactRecord", images=None) -> list[Case]:
     """The package's cases: seeded inputs at the smallest batch the artifact is checked at (and the
     largest, when its batch is dynamic), then `images` at the artifact's own batch."""
+    from vitexport.core.taskmeasures import NEIGHBOUR_ROWS
     from vitexport.verify.feeds import load_images
 
     pre = record.source.preprocessing
@@ -59,7 +60,9 @@ def make_cases(be: "Backend", record: "ArtifactRecord", images=None) -> list[Cas
     mean, std = pre.get("mean") or [0.0] * channels, pre.get("std") or [1.0] * channels
     checked = be.check_batches(record, record.options.get("max_batch") or 8)
     small, large = min(checked), max(checked)
-    found = [Case(f"random-{i}", small, eight_bit_pixels((small, *shape[1:]), record.seed + 1000 + i, mean, std),
+    # An embedding's neighbours need rows: a case at a static batch of 1 holds several, run one by one.
+    rows = small * -(-NEIGHBOUR_ROWS // small) if record.source.task == "embedding" else small
+    found = [Case(f"random-{i}", small, eight_bit_pixels((rows, *shape[1:]), record.seed + 1000 + i, mean, std),
                   f"seeded 8-bit pixels (seed {record.seed + 1000 + i}), normalised") for i in range(SEEDED)]
     if large != small:
         found.append(Case(f"random-b{large}", large, eight_bit_pixels((large, *shape[1:]), record.seed + 1000 + SEEDED,

@@ -173,8 +173,7 @@ def judge_task(report: ParityReport, task: str, runs: list[tuple], precision: st
     from vitexport.verify import tasks
 
     report.task = task
-    report.task_metrics = tasks.worst(task, [tasks.task_metrics(task, ref, cand, class_scores)
-                                             for _b, _f, ref, cand in runs])
+    report.task_metrics = tasks.over_cases(task, [(ref, cand) for _b, _f, ref, cand in runs], class_scores)
     overrides = report.tolerance.task_gates if report.tolerance is not None else None
     report.task_judged_on = [name for name, _, _ in tasks.applied_gates(task, precision, report.task_metrics,
                                                                         overrides)]

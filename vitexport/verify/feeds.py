@@ -155,10 +155,20 @@ class Feed:
 def check_feeds(loaded, batches: list[int], seed: int, images=None,
                 image_batch: int | None = None) -> tuple[list[Feed], list[int] | None]:
     """Seeded random pixels at each of `batches`, then every image in `images` in batches of
-    `image_batch` (default: the largest of `batches`); returns the feeds and the images' labels."""
+    `image_batch` (default: the largest of `batches`); returns the feeds and the images' labels.
+    An embedding model whose batches hold fewer rows than a neighbour needs (a static batch of 1) gets
+    more seeded feeds at its batch, so that its rows are compared across them (taskmeasures.over_cases)."""
+    from vitexport.core.taskmeasures import NEIGHBOUR_ROWS
+
     pre = loaded.preprocessing
-    feeds = [Feed(f"random b={b}", random_pixels((b, *loaded.input_shape[1:]), seed + b, pre.get("mean"),
-                                                 pre.get("std")), b) for b in batches]
+
+    def seeded(name: str, b: int, s: int) -> Feed:
+        return Feed(name, random_pixels((b, *loaded.input_shape[1:]), s, pre.get("mean"), pre.get("std")), b)
+
+    feeds = [seeded(f"random b={b}", b, seed + b) for b in batches]
+    if loaded.task == "embedding" and max(batches) < NEIGHBOUR_ROWS:
+        b = max(batches)
+        feeds += [seeded(f"random b={b} #{i}", b, seed + 100 + i) for i in range(2, -(-NEIGHBOUR_ROWS // b) + 1)]
     labels = None
     if images is not None:
         x, labels, _names = load_images(images, pre, loaded.input_shape)

@@ -5,7 +5,7 @@ classes of its pixels, a detector by its boxes, never by top-1.
 | task | output it reads | numbers (`parity.task_metrics`) |
 |---|---|---|
 | classification | logits (N, K) | top-1 and top-5 agreement, as the element-wise checks report them |
-| embedding | features (N, ...) | per-row cosine (worst row), nearest-neighbour agreement within a batch (one image's positions for a feature map at batch 1) |
+| embedding | features (N, ...) | per-row cosine (worst row), nearest-neighbour agreement among at least 3 rows: a batch's, one image's positions for a feature map at batch 1, or several seeded inputs' side by side at a static batch below 3 |
 | depth | depth (N, H, W) or (N, 1, H, W) | AbsRel, delta1 (share within 1.25x) |
 | segmentation | class logits (N, K, H, W) | pixel agreement of the class maps, their mean IoU |
 | detection | class logits (N, Q, K) and boxes (N, Q, 4) | recall and precision of PyTorch's confident detections (same class, IoU >= 0.9); on every input, the share of PyTorch's top-10 queries (and any above 0.05) whose class and box the same query keeps, and the rank agreement of their scores |
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from vitexport.core.taskmeasures import (  # noqa: F401  (the task API's names)
     CONFIDENT, DEPTH_DELTA, GATE_KINDS, GATES, MATCH_IOU, MATTING_MARGIN, SCORE_FLOOR, TOP_K, applied_gates,
-    gate_failures, gates_for, not_given, task_metrics, task_outputs, worst)
+    NEIGHBOUR_ROWS, gate_failures, gates_for, not_given, over_cases, task_metrics, task_outputs, worst)
 
 TASKS = ("classification", "embedding", "depth", "segmentation", "detection", "matting")
 

@@ -210,9 +210,8 @@ def judge_task(measures, golden, cases, outputs):
     its depth error here too."""
     task, names = golden.get("task", "classification"), golden["output_names"]
     scores = golden.get("class_scores", "softmax")
-    per_case = [measures.task_metrics(task, dict(zip(names, case["reference"])), dict(zip(names, out)), scores)
-                for case, out in zip(cases, outputs)]
-    numbers = measures.worst(task, per_case)
+    numbers = measures.over_cases(task, [(dict(zip(names, case["reference"])), dict(zip(names, out)))
+                                         for case, out in zip(cases, outputs)], scores)
     gates = measures.applied_gates(task, golden["precision"], numbers, golden.get("task_gates"))
     failures = measures.gate_failures(task, golden["precision"], numbers, golden.get("task_gates"))
     shown = ", ".join("{} {}".format(k.replace("_", " "), "n/d" if v is None else "{:.4g}".format(v))

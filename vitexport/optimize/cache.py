@@ -180,6 +180,11 @@ class Cache:
         self.stats["built"] += 1
         return final / artifact.name
 
+    def forget(self, key: str) -> None:
+        """Remove the entry under `key` (found not to be what its key says), to be built again."""
+        shutil.rmtree(self.entry(key), ignore_errors=True)
+        self.used.discard(key[:32])
+
     def _touch(self, key: str) -> None:
         self.used.add(key[:32])
         os.utime(self.entry(key))  # least recently used goes first

@@ -447,6 +447,9 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
             if speed.get("timing"):
                 console.print(f"{row['candidate']}: timing{suffix and ' at' + suffix} {escape(speed['timing'])}",
                               highlight=False, soft_wrap=True)
+    for row in result["candidates"]:
+        if row.get("cache_note"):  # a cache entry that was another model's: never trusted
+            console.print(f"{row['candidate']}: {escape(row['cache_note'])}", highlight=False, soft_wrap=True)
     for label in result.get("not_built") or []:
         console.print(f"{label}: not built: it takes minutes to build; --thorough builds it too", highlight=False)
     for runtime, why in (result.get("runtimes") or {}).items():

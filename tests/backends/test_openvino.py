@@ -394,5 +394,5 @@ def test_ctrl_c_while_openvinos_frontend_calls_back_into_python_stops_the_export
     run = subprocess.run([sys.executable, "-c", CTRL_C_IN_A_CALLBACK, str(out)], capture_output=True, text=True,
                          timeout=300, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert run.returncode == 130, run.stdout + run.stderr
-    assert "stopping once OpenVINO's conversion returns" in run.stderr
+    assert "stopping after OpenVINO's conversion" in run.stderr
     assert not out.exists() or not [p.name for p in out.iterdir() if p.name != ".vitexport.lock"]

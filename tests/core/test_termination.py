@@ -104,4 +104,4 @@ print(seen)
     run = fresh(code)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "['went on', 'interrupted after', 'twice: at once', 'went on', 'SIGTERM', True]"
-    assert "stopping once the step returns" in run.stderr
+    assert "stopping after the step" in run.stderr

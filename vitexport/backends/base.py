@@ -54,14 +54,15 @@ class ExportOptions:
     max_batch: int | None = option(None, "Largest batch a dynamic-batch artifact is built for and checked at "
                                          f"(default {DEFAULT_MAX_BATCH}).", minimum=1, maximum=4096)
     input_name: str = option("pixel_values", "Name of the model input.")
-    output_name: str = option("logits", "Name of the model output. Left at logits, a model that does not "
-                                        "classify names its lone output for what it holds (depth, alpha, "
-                                        "embedding).")
+    output_name: str | None = option(None, "Name of the model output. By default what it holds: logits for a "
+                                               "classifier or a segmenter, depth, alpha or embedding.")
 
     def validate(self) -> None:
         """Raise UsageError naming the flag for anything no export could honour."""
         check_fields(self)
         for flag, name in (("--input-name", self.input_name), ("--output-name", self.output_name)):
+            if name is None and flag == "--output-name":
+                continue  # named by the task (output_names)
             if not name or not name.isprintable() or name != name.strip():
                 raise UsageError(f"{flag} must be a non-empty name without control characters, got {name!r}")
         if self.input_name == self.output_name:
@@ -171,11 +172,11 @@ def device_source(package: str, name: str) -> str:
 
 def output_names(loaded: "LoadedModel", options: ExportOptions) -> list[str]:
     """The names an artifact gives the model's outputs: the model's own when it has several
-    (a headless transformer's last_hidden_state and pooler_output), else --output-name, whose
-    default becomes what the output holds for a model that does not classify (`depth`)."""
+    (a headless transformer's last_hidden_state and pooler_output), else --output-name, given or by
+    default what the output holds (`logits` for a classifier, `depth` for a depth map)."""
     if loaded.output_names:
         return list(loaded.output_names)
-    return [loaded.lone_output_name if options.output_name == "logits" else options.output_name]
+    return [options.output_name or loaded.lone_output_name]
 
 
 @dataclass

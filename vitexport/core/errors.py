@@ -75,8 +75,11 @@ def import_optional(module: str, needed_by: str, extra: str | None = None):
     """`module`, or MissingLibrary saying who needs it and the `vitexport[extra]` that brings it."""
     import importlib
 
+    from vitexport.core import termination
+
     try:
-        return importlib.import_module(module)
+        with termination.held(f"loading {module}"):  # a Ctrl-C inside a library's import can be swallowed
+            return importlib.import_module(module)
     except ImportError:
         how = f"pip install 'vitexport[{extra}]'" if extra else f"install the package that provides {module}"
         raise MissingLibrary(f"{needed_by} need {module}, which is not installed here: {how}") from None

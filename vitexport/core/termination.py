@@ -107,7 +107,7 @@ def held(what: str = "this step"):
             signal.raise_signal(signum)
             return
         noted.append(signum)
-        print(f"stopping once {what} returns (again to stop at once)", file=sys.stderr, flush=True)
+        print(f"stopping after {what} (again to stop at once)", file=sys.stderr, flush=True)
 
     for sig in caught():
         try:

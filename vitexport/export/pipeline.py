@@ -68,7 +68,7 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
     check_name(name)
     if not be.exports:
         raise UsageError(f"{backend} writes no artifact")
-    require(be.availability(), backend)
+    require(be)
     out = prepare_out_dir(out_dir)
     with using(progress) as reporter:
         t0 = time.perf_counter()
@@ -173,7 +173,7 @@ class Job:
         reused = reusable(path, up, self.loaded, options)
         if reused is not None:
             return Upstream(path, reused, f"reused {path.name} (its sidecar matches this request)")
-        require(up.availability(), up.name)
+        require(up)
         job = Job(up, self.loaded, options, self.out, verify=True, atol=None, rtol=None, seed=self.seed,
                   images=self.images, name=stem, progress=self.progress, force=self.force)
         result = job.run()
@@ -249,6 +249,7 @@ def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | Non
 def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int | None, trust_code: bool,
              allow_pickle: bool, gate: "Gate", progress: Progress) -> dict[str, Any]:
     """`verify` without the baseline: the artifact's integrity, then its parity."""
+    from vitexport.core import termination
     from vitexport.models.sources import load
     from vitexport.verify.checks import run_checks
 
@@ -256,10 +257,12 @@ def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int 
     be = backends.get(record.backend)
     spec = trusted_spec(record, trust_code, allow_pickle, beside=path)
     changed = integrity_problem(be, path, record)
-    here = be.runs_here_for(record)
+    with termination.held(f"loading {be.name}'s libraries"):  # as for an export (see `require`)
+        here = be.runs_here_for(record)
     if changed and (not here.ok or not_a_file(path, be.files(path, record))):  # nothing to run, or it would block
         raise ParityError(damaged(path, changed), result_of(record, path, {}) | {"artifact_modified": True})
-    require(here, record.backend)
+    if not here.ok:
+        raise BackendUnavailable(f"{record.backend} is unavailable here: {here.reason}")
     check_weights_unchanged(spec, record.source.weights_sha256, path)
     progress.step(f"rebuilding {spec.model}")
     loaded = load(spec)
@@ -433,9 +436,17 @@ def tolerance(be: Backend, precision: str, atol: float | None, rtol: float | Non
                                             gate.task_gates)
 
 
-def require(availability, backend: str) -> None:
+def require(be) -> None:
+    """BackendUnavailable unless the backend can export here. Its libraries are imported with signals
+    held (vitexport.core.termination.held): a Ctrl-C raised inside a library's import was swallowed by
+    one (a bare `except:` around an optional import) and left half-imported modules behind, and the
+    export went on."""
+    from vitexport.core import termination
+
+    with termination.held(f"loading {be.name}'s libraries"):
+        availability = be.availability()
     if not availability.ok:
-        raise BackendUnavailable(f"{backend} is unavailable here: {availability.reason}")
+        raise BackendUnavailable(f"{be.name} is unavailable here: {availability.reason}")
 
 
 def status_of(report: ParityReport | None) -> str:

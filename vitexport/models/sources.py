@@ -181,7 +181,10 @@ def export_mode():
 
 def load(spec: SourceSpec) -> LoadedModel:
     """Build the model, load its weights, put it in eval mode and materialise lazy modules."""
-    import torch
+    from vitexport.core import termination
+
+    with termination.held("loading PyTorch"):  # a Ctrl-C inside its import can leave half of it behind
+        import torch
 
     kind = _kind_of(spec.model)
     if spec.overrides and kind != "preset":

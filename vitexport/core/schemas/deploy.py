@@ -13,7 +13,7 @@ from vitexport.core.schemas.bench import Conditions, KernelRates, PerRound, Refe
 from vitexport.core.schemas.fields import (MAX_MS, Amount, Count, Cosine, ErrorOrNonFinite, Number, Ratio, Record,
                                            Seconds, Sha256, Share, Size, Spread, Tolerance, within, within_check)
 
-TARGETS = Literal["linux", "jetson", "macos", "ios", "android"]
+TARGETS = Literal["linux", "jetson", "macos", "ios", "android", "web"]
 MAX_DIMS = 8
 NON_FINITE = Literal["NaN", "Infinity", "-Infinity"]
 # An output value as the device computed it: NaN and infinities are data to judge (an fp16 overflow

@@ -42,13 +42,14 @@ def locate(source: str | Path | None = None) -> tuple[str, Path]:
     if given is not None:
         return _from_copy(Path(given), "--runtime-from" if source is not None else ENV)
     cached = cache_root() / VERSION
-    if _complete(cached):
-        return VERSION, cached
-    return VERSION, _fetch(cached)
+    if not _complete(cached):
+        _fetch(cached)
+    return VERSION, cached / "dist"
 
 
 def _complete(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in FILES)
+    """A copy laid out as the npm package is (package.json, dist/) holding every file the page loads."""
+    return (folder / "package.json").is_file() and all((folder / "dist" / name).is_file() for name in FILES)
 
 
 def _from_copy(path: Path, where: str) -> tuple[str, Path]:
@@ -57,19 +58,18 @@ def _from_copy(path: Path, where: str) -> tuple[str, Path]:
         cached = cache_root() / version
         if not _complete(cached):
             _unpack(path, cached, where)
-        return version, cached
+        return version, cached / "dist"
     if path.is_dir():
         meta = path / "package.json"
-        dist = path / "dist"
         if not meta.is_file():
             raise UsageError(f"{where}: {path} holds no package.json: give the onnxruntime-web folder (node_modules/"
                              "onnxruntime-web) or the .tgz `npm pack onnxruntime-web` writes")
         version = _version_of(meta.read_bytes(), f"{where}: {meta}")
-        missing = [n for n in FILES if not (dist / n).is_file()]
+        missing = [n for n in FILES if not (path / "dist" / n).is_file()]
         if missing:
-            raise UsageError(f"{where}: {dist} lacks {', '.join(missing)}: onnxruntime-web {version} is not a "
-                             f"release this page runs (it is written for {VERSION})")
-        return version, dist
+            raise UsageError(f"{where}: {path / 'dist'} lacks {', '.join(missing)}: onnxruntime-web {version} is not "
+                             f"a release this page runs (it is written for {VERSION})")
+        return version, path / "dist"
     raise UsageError(f"{where}: {path} is neither an onnxruntime-web folder nor a .tgz from `npm pack`")
 
 
@@ -96,30 +96,36 @@ def _tarball_version(path: Path, where: str) -> str:
 
 
 def _unpack(tgz: Path, folder: Path, where: str) -> None:
-    """The FILES of the tarball into `folder` (cache), by name: nothing else of it is written."""
+    """package.json and the FILES of the tarball into `folder` (the cache), by name: nothing else of it
+    is written, so no name inside the tarball can place a file elsewhere."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
+        (tmp / "dist").mkdir()
         with tarfile.open(tgz, "r:gz") as tar:
-            for name in FILES:
+            for name in ("package.json", *(f"dist/{n}" for n in FILES)):
                 try:
-                    member = tar.extractfile(f"package/dist/{name}")
+                    member = tar.extractfile(f"package/{name}")
                 except KeyError:
                     member = None
                 if member is None:
-                    raise UsageError(f"{where}: {tgz.name} has no dist/{name}: not a release this page runs (it is "
+                    raise UsageError(f"{where}: {tgz.name} has no {name}: not a release this page runs (it is "
                                      f"written for {PACKAGE} {VERSION})")
                 with open(tmp / name, "wb") as f:
                     shutil.copyfileobj(member, f)
         shutil.rmtree(folder, ignore_errors=True)
-        os.replace(tmp, folder)
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process unpacked it meanwhile
+            if not _complete(folder):
+                raise
     except tarfile.TarError as e:
         raise UsageError(f"{where}: {tgz} is not an npm package tarball ({e})") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _fetch(cached: Path) -> Path:
+def _fetch(cached: Path) -> None:
     """`npm pack onnxruntime-web@VERSION` into a temporary folder, its FILES into the cache."""
     npm = shutil.which("npm")
     if npm is None:
@@ -139,7 +145,6 @@ def _fetch(cached: Path) -> Path:
             raise BackendUnavailable(f"`npm pack {PACKAGE}@{VERSION}` failed ({why[:200]}): give a copy with "
                                      f"--runtime-from PATH (the .tgz, or node_modules/{PACKAGE})")
         _unpack(tgz, cached, "npm pack")
-    return cached
 
 
 def copy_into(folder: Path, dist: Path) -> None:

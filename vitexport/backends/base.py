@@ -148,8 +148,8 @@ class DeviceCheck:
     - swift (ios): defines `makeRunner(package:settings:computeUnits:) async throws -> ArtifactRunner`.
     - kotlin (android): defines `fun makeRunner(packageDir: File, settings: JSONObject): ArtifactRunner`.
     - web: an ES module for the page, exporting `openRunner(settings, options)` (options: `ep`,
-      `threads`) that resolves to an object with `facts`, `async run(data, dims) -> [Float32Array]`
-      and `close()`; it throws an Error whose `unavailable` is true when the runtime or the execution
+      `threads`) that resolves to an object with `facts`, `async run(data, dims)` resolving to
+      `{outputs: [Float32Array], shapes}` (the package's order) and `async close()`; it throws an Error whose `unavailable` is true when the runtime or the execution
       provider asked for cannot start in this browser (the check exits 3).
 
     `settings` is what the runner reads from manifest.json (`runner.settings`): file names, input

@@ -334,8 +334,8 @@ async function check(opts) {
   const facts = runner.facts;
   if (!facts.compute_units) {
     const adapter = facts.webgpu_adapter;
-    facts.compute_units = adapter ? `${[adapter.vendor, adapter.architecture].filter(Boolean).join(" ") || "WebGPU adapter"}${adapter.software ? " (software adapter)" : ""}`
-      : `CPU, ${facts.wasm_threads} thread${facts.wasm_threads === 1 ? "" : "s"}`;
+    facts.compute_units = adapter ? `WebGPU on ${[adapter.vendor, adapter.architecture].filter(Boolean).join(" ") || "an adapter"}${adapter.software ? " (software adapter)" : ""}`
+      : `WebAssembly, ${facts.wasm_threads} thread${facts.wasm_threads === 1 ? "" : "s"}`;
   }
   const report = {
     schema: SCHEMA.report, created: new Date().toISOString(),

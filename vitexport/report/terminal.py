@@ -56,8 +56,9 @@ def export_result(result: dict[str, Any]) -> None:
 def device_facts(console, result: dict[str, Any]) -> None:
     """A device report's device and its timings: what ran where, and how fast there."""
     facts = result["device"]
-    shown = ", ".join(f"{k} {facts[k]}" for k in ("model", "os", "cpu", "runtime", "provider", "compute_units",
-                                                  "jetson_power_mode") if facts.get(k) not in (None, ""))
+    shown = ", ".join(f"{k} {facts[k]}" for k in ("model", "os", "cpu", "browser", "runtime", "provider",
+                                                  "compute_units", "jetson_power_mode")
+                      if facts.get(k) not in (None, "") and not isinstance(facts[k], (dict, list)))
     console.print(f"device: {escape(shown)}", highlight=False, soft_wrap=True)
     cases = (result.get("timings") or {}).get("cases")
     if isinstance(cases, dict) and cases:

@@ -203,6 +203,18 @@ class ReportedPackage(Record):
     batches: Optional[list[Size]] = None  # the batch sizes the package was built for
 
 
+class WebGpuAdapter(Record):
+    """The WebGPU adapter a browser gave the page (GPUAdapterInfo); `software`: SwiftShader, llvmpipe or
+    a fallback adapter, whose speed is a CPU's."""
+
+    vendor: Optional[str] = None
+    architecture: Optional[str] = None
+    device: Optional[str] = None
+    description: Optional[str] = None
+    fallback: Optional[bool] = None
+    software: Optional[bool] = None
+
+
 class DeviceFacts(Record):
     """What the device says about itself; printed, never acted on."""
 
@@ -214,6 +226,8 @@ class DeviceFacts(Record):
     provider: Optional[str] = None
     compute_units: Optional[str] = None
     stand_in: Optional[bool] = None
+    browser: Optional[str] = None  # web: the browser the page ran in, as its --version says
+    webgpu_adapter: Optional[WebGpuAdapter] = None
 
 
 Celsius = within(-273.15, 1000.0)

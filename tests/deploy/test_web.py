@@ -121,9 +121,27 @@ def test_webgpu_runs_on_the_adapter_chromium_has_and_marks_a_software_one(web_pa
     assert report["device"]["provider"] == "webgpu"
     assert adapter["architecture"] == "swiftshader" and adapter["software"] is True
     assert "software" in report["device"]["compute_units"]
+    placed = report["device"]["webgpu_cpu_nodes"]  # where ONNX Runtime put each node, read from its log
+    assert placed["of"] > 0 and placed["of"] > placed["nodes"] and "MatMul" not in placed["ops"]
     result = verify("--device-report", str(device / "device-report.json"))
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["device"]["webgpu_adapter"]["software"] is True
+
+
+def test_int8_on_webgpu_names_the_operators_left_to_the_cpu(exported, ort_web, browser, tmp_path):
+    from vitexport.deploy.package import package
+
+    folder = Path(package(exported("onnx", precision="int8"), "web", out_dir=tmp_path, runtime_from=ort_web)["package"])
+    done = run_check(folder, "--ep", "webgpu", "--webgpu-adapter", "swiftshader", *QUICK)
+    if done.returncode == 3 and "adapter" in done.stderr and not os.environ.get("VITEXPORT_REQUIRE_BROWSER"):
+        pytest.skip(f"no WebGPU adapter in this Chromium: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr + done.stdout
+    placed = json.loads((folder / "device-report.json").read_text())["device"]["webgpu_cpu_nodes"]
+    assert placed["ops"].get("MatMulInteger", 0) >= 1 and placed["ops"].get("DynamicQuantizeLinear", 0) >= 1
+    assert "MatMulInteger" in done.stdout
+    result = CliRunner().invoke(app, ["verify", "--device-report", str(folder / "device-report.json")])
+    assert result.exit_code == 0, result.output
+    assert "nodes ran on the CPU (WebAssembly)" in result.output and "MatMulInteger" in result.output
 
 
 def test_a_changed_model_is_refused_before_the_browser_starts(web_package, tmp_path):

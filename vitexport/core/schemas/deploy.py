@@ -215,6 +215,15 @@ class WebGpuAdapter(Record):
     software: Optional[bool] = None
 
 
+class CpuNodes(Record):
+    """The nodes ONNX Runtime Web placed on the CPU (WebAssembly) beside WebGPU: how many of all, by
+    operator type (shape computations are put there on purpose; the others the provider lacks)."""
+
+    nodes: Count
+    of: Count
+    ops: dict[str, Count] = {}
+
+
 class DeviceFacts(Record):
     """What the device says about itself; printed, never acted on."""
 
@@ -228,6 +237,7 @@ class DeviceFacts(Record):
     stand_in: Optional[bool] = None
     browser: Optional[str] = None  # web: the browser the page ran in, as its --version says
     webgpu_adapter: Optional[WebGpuAdapter] = None
+    webgpu_cpu_nodes: Optional[CpuNodes] = None
 
 
 Celsius = within(-273.15, 1000.0)

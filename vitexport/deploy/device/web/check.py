@@ -377,6 +377,11 @@ def main(argv=None):
     print("{} in {} with {} ({}): {} files verified in the page, {:.1f} s in the browser".format(
         manifest["artifact"]["file"], device.get("browser") or browser, device.get("runtime"),
         device.get("compute_units") or args.ep, report["package"]["files_verified"], seconds))
+    placed = device.get("webgpu_cpu_nodes")
+    if isinstance(placed, dict) and placed.get("of"):
+        print("on WebGPU: {} of {} nodes ran on the CPU (WebAssembly){}".format(
+            placed["nodes"], placed["of"], ": " + ", ".join("{} x{}".format(op, n) for op, n in sorted(
+                placed.get("ops", {}).items(), key=lambda kv: -kv[1])) if placed.get("ops") else ""))
     tol = verdict["tolerance"]
     print("{} (atol {:g}, rtol {:g}, min cosine {}); report: {}".format(
         "PASS" if verdict["passed"] else "FAIL", tol["atol"], tol["rtol"], tol["min_cosine"], args.report))

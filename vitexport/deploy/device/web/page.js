@@ -250,7 +250,9 @@ function describeDevice(facts) {
   const adapter = facts.webgpu_adapter;
   if (facts.provider === "webgpu" && adapter) {
     const name = [adapter.vendor, adapter.architecture].filter(Boolean).join(" ") || adapter.description || "adapter";
-    return `WebGPU: ${name}${adapter.software ? " (software adapter: a CPU's speed)" : ""}`;
+    const placed = facts.webgpu_cpu_nodes;
+    const cpu = placed && placed.nodes ? `; ${placed.nodes} of ${placed.of} nodes on the CPU: ${Object.entries(placed.ops).map(([op, n]) => `${op} x${n}`).join(", ")}` : "";
+    return `WebGPU: ${name}${adapter.software ? " (software adapter: a CPU's speed)" : ""}${cpu}`;
   }
   return `WebAssembly: ${facts.wasm_threads} thread(s), SIMD${facts.cross_origin_isolated ? "" : ", not cross-origin isolated"}`;
 }

@@ -31,7 +31,7 @@ SOURCES = {"web": "web"}
 # Modules of vitexport a check imports, carried as they are (from vitexport/core/): the device computes
 # its latencies with bench's own statistics, loads cold as bench does, and judges its outputs by the
 # task's numbers and gates the export was judged by.
-CARRIED = {"python": ("roundstats.py", "pagecache.py", "taskmeasures.py")}
+CARRIED = {"python": ("roundstats.py", "pagecache.py", "taskmeasures.py"), "web": ("browser.py",)}
 RUN = {"python": "python3 check.py", "swift": "xcodebuild test (DeviceCheckTests)",
        "kotlin": "./gradlew connectedAndroidTest (DeviceCheckTest)", "web": "python3 check.py --ep wasm|webgpu"}
 RESERVED = {"manifest.json", "preprocessing.json", "README.md", "golden", "device-report.json"}

@@ -16,37 +16,28 @@ runs) or an output is out of tolerance; 3 no browser, or the execution provider 
 adapter) is not available in it; 2 bad usage; 1 the browser or the runtime failed.
 
 It needs Python 3.8 or newer and a Chromium-based browser, not vitexport: it is written by vitexport
-but runs where vitexport is not installed.
+but runs where vitexport is not installed. The server and the browser are browser.py's (vitexport's
+own, carried as it is), loaded only after its sha256 matched the manifest.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import platform
-import queue
-import shutil
 import signal
 import stat
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from datetime import datetime, timezone
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 MANIFEST_SCHEMA = "vitexport.package/1"
 REPORT_SCHEMA = "vitexport.device-report/1"
 OK, FAILURE, USAGE, UNAVAILABLE, MISMATCH = 0, 1, 2, 3, 4
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-# Chromium on a machine without a GPU: WebGPU through SwiftShader, Vulkan on the CPU (a software adapter).
-SWIFTSHADER = ("--enable-features=Vulkan", "--use-vulkan=swiftshader", "--use-webgpu-adapter=swiftshader",
-               "--enable-unsafe-swiftshader")
-MAX_RESULT_BYTES = 512 * 2**20  # every output value of every case, as JSON
 PAGE_FILES = ("index.html", "page.js")
 
 
@@ -82,7 +73,7 @@ def sha256_of(path):
 
 def verify_files(folder, manifest):
     """Every file manifest.json lists has its size and sha256 (exit 4 naming the first that does not);
-    returns the names, the only files the server will serve besides manifest.json."""
+    returns the names: the only files the server serves, besides manifest.json."""
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         raise Stop(USAGE, "manifest.json lists no files")
@@ -104,150 +95,15 @@ def verify_files(folder, manifest):
     return set(files)
 
 
-# --- the server -----------------------------------------------------------------------------------------
-
-class Handler(SimpleHTTPRequestHandler):
-    """The package's files only (those manifest.json lists, and itself), cross-origin isolated so that
-    the page may use SharedArrayBuffer (WebAssembly threads); POST /report takes the page's result."""
-
-    served = frozenset()
-    results = None  # a queue.Queue the page's result goes into
-    extensions_map = {".html": "text/html; charset=utf-8", ".js": "text/javascript", ".mjs": "text/javascript",
-                      ".json": "application/json", ".wasm": "application/wasm", "": "application/octet-stream"}
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, directory=str(HERE), **kwargs)
-
-    def end_headers(self):
-        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
-        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
-        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
-        self.send_header("Cache-Control", "no-store")
-        super().end_headers()
-
-    def send_head(self):
-        name = self.path.split("?", 1)[0].split("#", 1)[0].lstrip("/")
-        if name == "":
-            self.send_response(302)
-            self.send_header("Location", "/index.html")
-            self.end_headers()
-            return None
-        if name != "manifest.json" and name not in self.served:
-            self.send_error(404, "not a file of this package")
-            return None
-        return super().send_head()
-
-    def do_POST(self):
-        if self.path != "/report":
-            self.send_error(404)
-            return
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        if not 0 < length <= MAX_RESULT_BYTES:
-            self.send_error(413)
-            return
-        body = self.rfile.read(length)
-        self.send_response(204)
-        self.end_headers()
-        try:
-            self.results.put(json.loads(body.decode("utf-8")))
-        except ValueError as e:
-            self.results.put({"error": "the page sent an unreadable result ({})".format(e), "code": FAILURE})
-
-    def log_message(self, format, *args):  # quiet: the check prints its own lines
-        pass
-
-
-def serve(served, port):
-    results = queue.Queue()
-    handler = type("PackageHandler", (Handler,), {"served": frozenset(served), "results": results})
-    try:
-        server = ThreadingHTTPServer(("127.0.0.1", port), handler)
-    except OSError as e:
-        raise Stop(USAGE, "cannot serve on 127.0.0.1:{}: {}".format(port, e.strerror or e))
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, results
-
-
-# --- the browser ----------------------------------------------------------------------------------------
-
-def find_browser(given):
-    if given:
-        path = shutil.which(given) or (given if os.path.isfile(given) else None)
-        if not path:
-            raise Stop(USAGE, "--browser: no such program: {}".format(given))
-        return path
-    found = next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
-    if not found:
-        raise Stop(UNAVAILABLE, "no Chromium-based browser found ({}); install one (Debian: apt-get install "
-                                "chromium) or give --browser PATH".format(", ".join(BROWSERS)))
-    return found
-
-
-def browser_version(path):
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (out.stdout.strip().splitlines() or [None])[0]
-
-
-def launch(path, url, args, profile):
-    command = [path, "--headless=new", "--user-data-dir=" + profile, "--no-first-run", "--no-default-browser-check",
-               "--disable-extensions", "--disable-background-networking", "--disable-component-update",
-               "--disable-dev-shm-usage"]
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--no-sandbox")  # Chromium refuses to run as root with its sandbox
-    if args.ep == "webgpu":
-        command.append("--enable-unsafe-webgpu")  # WebGPU on Linux is behind this flag
-        if args.webgpu_adapter == "swiftshader":
-            command += SWIFTSHADER
-        elif platform.system() == "Linux":
-            command.append("--enable-features=Vulkan")
-    # Its log goes to a file (a pipe nobody reads would fill and stall it); its own session, so that
-    # stopping it stops its helper processes too.
-    log = open(os.path.join(profile, "browser.log"), "wb")
-    try:
-        process = subprocess.Popen(command + [url], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                   start_new_session=True)
-    except OSError as e:
-        raise Stop(UNAVAILABLE, "cannot start the browser {}: {}".format(path, e.strerror or e))
-    finally:
-        log.close()
-    process.log = os.path.join(profile, "browser.log")
-    return process
-
-
-def stop_browser(process):
-    if process is None or process.poll() is not None:
-        return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        process.wait()
-
-
-def wait_for(results, process, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            return results.get(timeout=0.2)
-        except queue.Empty:
-            pass
-        if process is not None and process.poll() is not None:
-            with open(process.log, "rb") as f:
-                tail = f.read()[-4096:].decode("utf-8", "replace").strip().splitlines()
-            raise Stop(FAILURE, "the browser exited ({}) before the page's verdict{}".format(
-                process.returncode, ": " + tail[-1][:300] if tail else ""))
-    raise Stop(FAILURE, "no verdict from the page within {:g} s (--timeout-s)".format(timeout_s))
+def load_browser_module(served):
+    """browser.py (vitexport/core/browser.py as it is: the server, the browser), from its verified file."""
+    if "browser.py" not in served:
+        raise Stop(USAGE, "manifest.json does not list browser.py, which this check runs the browser with: "
+                          "package the artifact again")
+    spec = importlib.util.spec_from_file_location("vitexport_package_browser", str(HERE / "browser.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # --- the report -----------------------------------------------------------------------------------------
@@ -334,33 +190,50 @@ def main(argv=None):
     missing = [n for n in PAGE_FILES if n not in served]
     if missing:
         raise Stop(USAGE, "manifest.json does not list {}: package the artifact again".format(", ".join(missing)))
-    browser = None if args.serve else find_browser(args.browser)
-    server, results = serve(served, args.port)
-    url = "http://127.0.0.1:{}/index.html".format(server.server_address[1])
-    process, profile = None, None
+    web = load_browser_module(served)
+    browser_path = None
+    if not args.serve:
+        try:
+            browser_path = web.find_browser(args.browser)
+        except ValueError as e:
+            raise Stop(USAGE, "--browser: {}".format(e))
+        except web.Unavailable as e:
+            raise Stop(UNAVAILABLE, "{}, or give --browser PATH".format(e))
+    routes = {name: str(HERE.joinpath(*name.split("/"))) for name in served | {"manifest.json"}}
+    try:
+        server = web.Server(routes, args.port)
+    except OSError as e:
+        raise Stop(USAGE, "cannot serve on 127.0.0.1:{}: {}".format(args.port, e.strerror or e))
+    url = server.url("index.html")
+    browser = None
     try:
         if args.serve:
             print("serving {} at {}?ep=wasm (or ?ep=webgpu); Ctrl-C stops".format(HERE.name, url), flush=True)
             while True:
                 time.sleep(3600)
-        profile = tempfile.mkdtemp(prefix="vitexport-browser-")
         started = time.perf_counter()
-        process = launch(browser, url + query(args), args, profile)
-        result = wait_for(results, process, args.timeout_s)
+        try:
+            browser = web.Browser(browser_path, url + query(args),
+                                  webgpu=args.webgpu_adapter if args.ep == "webgpu" else None)
+            result = web.answer(server, browser, args.timeout_s)
+        except web.Unavailable as e:
+            raise Stop(UNAVAILABLE, str(e))
+        except RuntimeError as e:
+            raise Stop(FAILURE, "{} before the page's verdict".format(e))
+        except TimeoutError:
+            raise Stop(FAILURE, "no verdict from the page within {:g} s (--timeout-s)".format(args.timeout_s))
         seconds = time.perf_counter() - started
     finally:
-        stop_browser(process)
-        server.shutdown()
-        server.server_close()
-        if profile:
-            shutil.rmtree(profile, ignore_errors=True)
+        if browser is not None:
+            browser.close()
+        server.close()
     if not isinstance(result, dict) or "report" not in result:
         code = result.get("code") if isinstance(result, dict) else None
         raise Stop(code if code in (USAGE, UNAVAILABLE, MISMATCH) else FAILURE,
                    "the page: " + str(result.get("error") if isinstance(result, dict) else result)[:500])
     report = result["report"]
     report["package"]["name"] = HERE.name
-    report["device"] = dict(machine_facts(), browser=browser_version(browser), **report["device"])
+    report["device"] = dict(machine_facts(), browser=web.browser_version(browser_path), **report["device"])
     report["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     args.report = args.report if args.report.is_absolute() else Path.cwd() / args.report
     write_report(args.report, report)
@@ -375,7 +248,7 @@ def main(argv=None):
                 timing["p50_ms"], "ok" if c["passed"] else "FAIL: " + str(c["reason"])))
     device = report["device"]
     print("{} in {} with {} ({}): {} files verified in the page, {:.1f} s in the browser".format(
-        manifest["artifact"]["file"], device.get("browser") or browser, device.get("runtime"),
+        manifest["artifact"]["file"], device.get("browser") or browser_path, device.get("runtime"),
         device.get("compute_units") or args.ep, report["package"]["files_verified"], seconds))
     placed = device.get("webgpu_cpu_nodes")
     if isinstance(placed, dict) and placed.get("of"):

@@ -66,7 +66,11 @@ class OnnxBackend(Backend):
         return tag
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
+        from vitexport.backends.onnx.browser import EPS, BrowserRunner
         from vitexport.backends.onnx.runner import OnnxRuntimeRunner
+
+        if run.providers and run.providers[0] in EPS:  # ONNX Runtime Web in a headless Chromium
+            return BrowserRunner(Path(path), record, run.providers[0], run.threads)
 
         return OnnxRuntimeRunner(Path(path), run.providers, run.threads, run.allow_fallback)
 
@@ -175,16 +179,24 @@ class OnnxBackend(Backend):
                 BenchTarget("onnxruntime-cuda", self.name,
                             RunOptions(providers=("CUDAExecutionProvider",), allow_fallback=False)),
                 BenchTarget("onnxruntime-tensorrt", self.name,
-                            RunOptions(providers=("TensorrtExecutionProvider",), allow_fallback=False))]
+                            RunOptions(providers=("TensorrtExecutionProvider",), allow_fallback=False)),
+                # ONNX Runtime Web in a headless Chromium, timed inside the page (vitexport.backends.onnx.browser)
+                BenchTarget("onnxruntime-web", self.name, RunOptions(providers=("wasm",), allow_fallback=False)),
+                BenchTarget("onnxruntime-webgpu", self.name, RunOptions(providers=("webgpu",), allow_fallback=False))]
 
     def runs_torch_for(self, run: RunOptions) -> bool:
         # A GPU provider finds CUDA and cuDNN among the libraries `import torch` loads (pip's nvidia
         # packages are on no library path), as in every process that exports; a CPU session needs none.
+        from vitexport.backends.onnx.browser import EPS
         from vitexport.backends.onnx.providers import CPU, canonical
 
-        return any(canonical(p) != CPU for p in run.providers)
+        return any(canonical(p) != CPU and p not in EPS for p in run.providers)
 
     def bench_unavailable(self, target: BenchTarget) -> str | None:
+        from vitexport.backends.onnx.browser import EPS, unavailable
+
+        if target.run.providers and target.run.providers[0] in EPS:
+            return unavailable(target.run.providers[0])
         here = self.availability()
         if not here.ok:
             return here.reason

@@ -230,3 +230,29 @@ def status_of(pid: int) -> str:
         return next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State"))
     except (OSError, StopIteration):
         return "Z"
+
+
+def bench(*args: str):
+    return CliRunner().invoke(app, ["bench", *args, "--no-roofline", "--json"])
+
+
+def test_bench_times_onnx_runtime_web_inside_the_page_beside_onnx_runtime(exported, ort_web, browser, tmp_path):
+    result = bench(str(exported("onnx")), "--backend", "onnxruntime", "--backend", "onnxruntime-web", "--backend",
+                   "onnxruntime-webgpu", "--budget-s", "0.5", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    rows = {r["backend"]: r for r in json.loads(result.stdout)["results"]}
+    for name in ("onnxruntime", "onnxruntime-web", "onnxruntime-webgpu"):
+        assert rows[name]["available"] and rows[name]["latency_ms"]["p50"] > 0, rows[name].get("reason")
+    assert rows["onnxruntime-web"]["provider"].startswith("wasm, ")
+    # A software adapter is named as such in the row (a SwiftShader row is a CPU's speed, not a GPU's).
+    assert rows["onnxruntime-webgpu"]["provider"].startswith("webgpu, ")
+    if "swiftshader" in rows["onnxruntime-webgpu"]["provider"]:
+        assert rows["onnxruntime-webgpu"]["provider"].endswith("(software adapter)")
+    assert (tmp_path / "bench-tiny.html").exists()
+
+
+def test_bench_says_why_a_browser_row_cannot_run(exported, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITEXPORT_BROWSER", str(tmp_path / "no-browser"))
+    result = bench(str(exported("onnx")), "--backend", "onnxruntime-web", "--budget-s", "0.5", "--out", str(tmp_path))
+    assert result.exit_code == 3, result.output
+    assert "no such program" in result.output and "VITEXPORT_BROWSER" in result.output

@@ -236,7 +236,8 @@ def bench(*args: str):
     return CliRunner().invoke(app, ["bench", *args, "--no-roofline", "--json"])
 
 
-def test_bench_times_onnx_runtime_web_inside_the_page_beside_onnx_runtime(exported, ort_web, browser, tmp_path):
+def test_bench_times_onnx_runtime_web_inside_the_page_beside_onnx_runtime(exported, ort_web, browser, wasm_run,
+                                                                           tmp_path):
     result = bench(str(exported("onnx")), "--backend", "onnxruntime", "--backend", "onnxruntime-web", "--backend",
                    "onnxruntime-webgpu", "--budget-s", "0.5", "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
@@ -249,6 +250,13 @@ def test_bench_times_onnx_runtime_web_inside_the_page_beside_onnx_runtime(export
     if "swiftshader" in rows["onnxruntime-webgpu"]["provider"]:
         assert rows["onnxruntime-webgpu"]["provider"].endswith("(software adapter)")
     assert (tmp_path / "bench-tiny.html").exists()
+    # The web package's device report joins them under the bench name of what it ran.
+    joined = CliRunner().invoke(app, ["compare", str(tmp_path / "bench-tiny.json"), str(wasm_run[0]), "--out",
+                                      str(tmp_path / "cmp"), "--json"])
+    assert joined.exit_code == 0, joined.output
+    device = [r for r in json.loads(joined.stdout)["results"] if r.get("device_check")]
+    assert [(r["backend"], r["device_check"]["verdict"]) for r in device] == [("onnxruntime-web",
+                                                                                "verified on the device")]
 
 
 def test_bench_says_why_a_browser_row_cannot_run(exported, tmp_path, monkeypatch):

@@ -209,27 +209,71 @@ def test_ctrl_c_stops_the_check_and_its_browser_within_seconds(web_package, brow
     code = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
     check = subprocess.Popen([sys.executable, "-I", "-c", code, str(device / "check.py"), "--budget-s", "60"],
                              cwd=device, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    children = []
+    below = set()
     deadline = time.monotonic() + 60
-    while not children and time.monotonic() < deadline:  # until the browser runs
+    while len(below) < 3 and time.monotonic() < deadline:  # until the browser runs, with its helpers
         time.sleep(0.2)
-        children = [int(p) for p in Path(f"/proc/{check.pid}/task/{check.pid}/children").read_text().split()]
-    assert children, "the check started no browser"
+        below = descendants(check.pid)
+    assert len(below) >= 3, "the check started no browser"
     time.sleep(1.0)
+    below |= descendants(check.pid)
     check.send_signal(signal.SIGINT)
     began = time.monotonic()
     check.communicate(timeout=20)
     assert check.returncode == 130 and time.monotonic() - began < 10
-    time.sleep(0.5)
-    assert not [p for p in children if Path(f"/proc/{p}").exists() and "Z" not in status_of(p)], "browser left running"
+    assert not alive(below), "the browser was left running"
     assert not (device / "device-report.json").exists()
 
 
-def status_of(pid: int) -> str:
+def test_a_killed_bench_worker_takes_its_browser_with_it(browser):
+    """SIGKILL gives a process no chance to clean up: the browser's guard notices and stops it."""
+    from vitexport.core.browser import find_browser
+
+    program = find_browser()
+    code = ("import sys, time; from vitexport.core.browser import Browser; "
+            "b = Browser(sys.argv[1], 'about:blank'); print('up', flush=True); time.sleep(600)")
+    worker = subprocess.Popen([sys.executable, "-c", code, program], stdout=subprocess.PIPE, text=True)
+    assert worker.stdout.readline().strip() == "up"
+    below = set()
+    deadline = time.monotonic() + 30
+    while len(below) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        below = descendants(worker.pid)
+    worker.kill()
+    worker.wait()
+    assert len(below) >= 3 and not alive(below, within_s=10), "the browser outlived its owner"
+
+
+def descendants(pid: int) -> set[int]:
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*") if Path(f"/proc/{p}/task").exists() else ():
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found.update(kids)
+            todo.extend(kids)
+    return found
+
+
+def alive(pids: set[int], within_s: float = 5.0) -> set[int]:
+    """Those of `pids` still running (not zombies) after waiting up to `within_s` for them to end."""
+    deadline = time.monotonic() + within_s
+    while True:
+        running = {p for p in pids if state_of(p) not in ("Z", None)}
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.2)
+
+
+def state_of(pid: int) -> str | None:
     try:
-        return next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State"))
+        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("State"))
     except (OSError, StopIteration):
-        return "Z"
+        return None
+    return line.split()[1]
 
 
 def bench(*args: str):

@@ -10,8 +10,8 @@ import os
 import platform
 import queue
 import shutil
-import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +25,41 @@ MAX_POST_BYTES = 512 * 2**20  # every output value of every case, as JSON
 COMMAND_WAIT_S = 20.0  # a page's GET /command waits this long for a task before it asks again
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript", ".mjs": "text/javascript",
          ".json": "application/json", ".wasm": "application/wasm"}
+
+
+# Between us and the browser, a guard process: it starts the browser in a session of its own and ends
+# that whole session when the browser is to stop, or when we are gone, even killed outright (a bench
+# worker is killed with SIGKILL, which leaves it no chance to clean up).
+GUARD = r"""
+import os, signal, subprocess, sys, time
+parent, log = int(sys.argv[1]), sys.argv[2]
+with open(log, "wb") as f:
+    child = subprocess.Popen(sys.argv[3:], stdin=subprocess.DEVNULL, stdout=f, stderr=f, start_new_session=True)
+
+def stop(*_):
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+        child.wait(timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(0)
+
+for name in ("SIGTERM", "SIGINT", "SIGHUP"):
+    if signal.getsignal(getattr(signal, name)) is not signal.SIG_IGN:  # ignored on purpose (a background job)
+        signal.signal(getattr(signal, name), stop)
+while child.poll() is None:
+    if os.getppid() != parent:
+        stop()
+    time.sleep(0.2)
+try:
+    os.killpg(child.pid, signal.SIGKILL)  # its helpers, if any outlived it
+except OSError:
+    pass
+sys.exit(child.returncode if child.returncode >= 0 else 128 - child.returncode)
+"""
 
 
 class Unavailable(Exception):
@@ -142,8 +177,8 @@ def browser_version(path):
 
 
 class Browser:
-    """A headless Chromium on `url` with a profile of its own, in its own session (stopping it stops
-    its helper processes too). `webgpu`: WebGPU on ("default": the browser's adapter; "swiftshader":
+    """A headless Chromium on `url` with a profile of its own, in its own session under a guard
+    (stopping it stops its helper processes too; it stops when this process ends, however it ends). `webgpu`: WebGPU on ("default": the browser's adapter; "swiftshader":
     a software one on the CPU), or None."""
 
     def __init__(self, path, url, webgpu=None):
@@ -161,13 +196,12 @@ class Browser:
             elif platform.system() == "Linux":
                 command.append("--enable-features=Vulkan")
         # Its log goes to a file: a pipe nobody reads would fill and stall it.
-        with open(self.log, "wb") as log:
-            try:
-                self.process = subprocess.Popen(command + [url], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                                start_new_session=True)
-            except OSError as e:
-                shutil.rmtree(self.profile, ignore_errors=True)
-                raise Unavailable("cannot start the browser {}: {}".format(path, e.strerror or e))
+        try:
+            self.process = subprocess.Popen([sys.executable, "-c", GUARD, str(os.getpid()), self.log, *command, url],
+                                            stdin=subprocess.DEVNULL)
+        except OSError as e:
+            shutil.rmtree(self.profile, ignore_errors=True)
+            raise Unavailable("cannot start the browser {}: {}".format(path, e.strerror or e))
 
     def exited(self):
         """None while it runs; else a sentence with its exit status and its log's last line."""
@@ -182,14 +216,11 @@ class Browser:
 
     def close(self):
         if self.process.poll() is None:
+            self.process.terminate()  # the guard stops the browser's whole session, then itself
             try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                try:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                except OSError:
-                    pass
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
                 self.process.wait()
         shutil.rmtree(self.profile, ignore_errors=True)
 

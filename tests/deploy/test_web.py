@@ -171,6 +171,21 @@ def test_a_changed_file_is_refused_by_the_page_too(web_package, browser, tmp_pat
     assert not (tmp_path / "report.json").exists()
 
 
+def test_a_page_that_cannot_start_answers_at_once(web_package, browser, tmp_path):
+    import importlib.util
+
+    device = copy_to_device(web_package, tmp_path)
+    spec = importlib.util.spec_from_file_location("web_check", device / "check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    check.verify_files = lambda folder, manifest: set(manifest["files"])  # as if it had been packaged so
+    (device / "page.js").write_text("this is not JavaScript (\n")
+    began = time.monotonic()
+    with pytest.raises(check.Stop) as stop:
+        check.main([*QUICK, "--report", str(tmp_path / "report.json")])
+    assert stop.value.code == 1 and "the page failed" in str(stop.value) and time.monotonic() - began < 60
+
+
 def test_without_onnx_runtime_web_or_npm_package_exits_3_naming_what_to_install(exported, tmp_path, monkeypatch):
     monkeypatch.delenv("VITEXPORT_ONNXRUNTIME_WEB", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))

@@ -128,6 +128,22 @@ def test_webgpu_runs_on_the_adapter_chromium_has_and_marks_a_software_one(web_pa
     assert json.loads(result.stdout)["device"]["webgpu_adapter"]["software"] is True
 
 
+def test_a_browser_without_a_webgpu_adapter_exits_3(web_package, browser, tmp_path):
+    """Chromium started without the flags that give WebGPU an adapter (headless Linux then has none)."""
+    from vitexport.core.browser import find_browser
+
+    wrapper = tmp_path / "chromium-without-webgpu"
+    wrapper.write_text("#!/bin/sh\nfor a in \"$@\"; do\n  case \"$a\" in --enable-unsafe-webgpu|--enable-features=*|"
+                       "--use-*|--enable-unsafe-swiftshader) ;; *) set -- \"$@\" \"$a\" ;; esac\n  shift\ndone\n"
+                       f"exec {find_browser()} \"$@\"\n")
+    wrapper.chmod(0o755)
+    done = run_check(web_package, "--ep", "webgpu", "--browser", str(wrapper), "--report", str(tmp_path / "r.json"),
+                     *QUICK)
+    assert done.returncode == 3, done.stderr + done.stdout
+    assert "no adapter" in done.stderr and "--webgpu-adapter swiftshader" in done.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_int8_on_webgpu_names_the_operators_left_to_the_cpu(exported, ort_web, browser, tmp_path):
     from vitexport.deploy.package import package
 

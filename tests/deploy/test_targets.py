@@ -348,3 +348,10 @@ def test_a_bgr_models_image_is_handed_to_core_ml_as_the_rgb_image_it_was(hf_dir,
     device = copy_to_device(folder, tmp_path)
     run = run_check(device, path=(str(fake_coreml(tmp_path)),), env={"FAKE_COREML_LOG": str(tmp_path / "units")})
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("name", ["torchscript", "openvino", "executorch"])
+def test_what_cannot_run_in_a_browser_points_to_the_onnx_export(name, tmp_path):
+    be = backends.get(name)
+    with pytest.raises(UsageError, match="ONNX export for --target web"):
+        be.device_check(tmp_path / f"model{be.suffix}", record_for(name), TARGETS["web"])

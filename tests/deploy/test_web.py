@@ -98,6 +98,19 @@ def test_wasm_outputs_match_pytorch_in_chromium_and_verify_accepts_the_report(wa
     assert parity["passed"] and parity["max_abs_error"] < 1e-4
 
 
+def test_the_package_runs_with_the_network_off(web_package, browser, tmp_path):
+    """In a network namespace of its own, with only the loopback interface: nothing leaves the machine."""
+    isolate = ["unshare", "--net", "sh", "-c", 'ip link set lo up 2>/dev/null || ifconfig lo up; exec "$@"', "sh"]
+    if not shutil.which("unshare") or subprocess.run([*isolate, "true"], capture_output=True).returncode:
+        pytest.skip("no network namespace here (unshare --net needs CAP_SYS_ADMIN)")
+    device = copy_to_device(web_package, tmp_path)
+    done = subprocess.run([*isolate, sys.executable, "-I", str(device / "check.py"), *QUICK], cwd=device,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr + done.stdout
+    result = verify("--device-report", str(device / "device-report.json"))
+    assert result.exit_code == 0, result.output
+
+
 def test_changed_outputs_in_the_report_exit_4(wasm_run, tmp_path):
     report_path, done = wasm_run
     assert done.returncode == 0, done.stderr

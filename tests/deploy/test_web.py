@@ -352,3 +352,13 @@ def test_bench_says_why_a_browser_row_cannot_run(exported, tmp_path, monkeypatch
     result = bench(str(exported("onnx")), "--backend", "onnxruntime-web", "--budget-s", "0.5", "--out", str(tmp_path))
     assert result.exit_code == 3, result.output
     assert "no such program" in result.output and "VITEXPORT_BROWSER" in result.output
+
+
+@pytest.mark.parametrize("path", ["vitexport/deploy/device/web/check.py", "vitexport/core/browser.py"])
+def test_the_web_check_runs_on_python_3_8_with_the_standard_library_alone(path):
+    import ast
+
+    tree = ast.parse((Path(__file__).parents[2] / path).read_text(), feature_version=(3, 8))
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)

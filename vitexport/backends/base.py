@@ -121,11 +121,13 @@ class Candidate:
 @dataclass(frozen=True)
 class DeviceTarget:
     """Where a deploy package goes (`vitexport package --target NAME`) and what its check is written in:
-    "python" (check.py), "swift" (an XCTest) or "kotlin" (an Android instrumented test)."""
+    "python" (check.py), "swift" (an XCTest), "kotlin" (an Android instrumented test) or "web" (a page
+    driven in a browser by check.py)."""
 
-    name: str  # "linux", "jetson", "macos", "ios", "android"
+    name: str  # "linux", "jetson", "macos", "ios", "android", "web"
     language: str
     device: str  # in words, for messages and READMEs: "an iPhone or iPad"
+    runtime_from: str | None = None  # a copy of the runtime the package carries (web: ONNX Runtime Web), if given
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,10 @@ class DeviceCheck:
       there: the check exits 3.
     - swift (ios): defines `makeRunner(package:settings:computeUnits:) async throws -> ArtifactRunner`.
     - kotlin (android): defines `fun makeRunner(packageDir: File, settings: JSONObject): ArtifactRunner`.
+    - web: an ES module for the page, exporting `openRunner(settings, options)` (options: `ep`,
+      `threads`) that resolves to an object with `facts`, `async run(data, dims)` resolving to
+      `{outputs: [Float32Array], shapes}` (the package's order) and `async close()`; it throws an Error whose `unavailable` is true when the runtime or the execution
+      provider asked for cannot start in this browser (the check exits 3).
 
     `settings` is what the runner reads from manifest.json (`runner.settings`): file names, input
     dtype, anything the backend recorded that running needs. `files` are what the package carries for

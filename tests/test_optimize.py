@@ -472,7 +472,7 @@ def test_another_model_or_other_options_are_built_again(tmp_path, monkeypatch):
 
 
 def test_a_damaged_cache_entry_is_built_again_not_trusted(tmp_path, monkeypatch):
-    from vitexport.export.pipeline import intact
+    from vitexport.export.integrity import intact
 
     calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0})
     optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)

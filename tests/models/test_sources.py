@@ -207,10 +207,10 @@ def test_spec_round_trips_through_dict():
 def test_an_input_larger_than_the_machine_is_refused_before_it_is_made(tmp_path, monkeypatch, shape, code, said):
     """A module's own input_shape is read as --input-shape is: an absurd axis is a typo (exit 2), and
     inputs that cannot fit this machine are its limit (exit 3), before any tensor exists."""
-    from vitexport.core import environment
     from vitexport.core.errors import VitexportError
+    from vitexport.models import sources
 
-    monkeypatch.setattr(environment, "total_memory_bytes", lambda: 24 * 2**30)
+    monkeypatch.setattr(sources, "total_memory_bytes", lambda: 24 * 2**30)  # a machine of 24 GiB, whatever this is
     (tmp_path / "script.py").write_text(FACTORY.format(extra=f"    m.input_shape = {shape!r}\n"))
     with pytest.raises(VitexportError) as refused:
         load(SourceSpec(f"{tmp_path / 'script.py'}:make"))

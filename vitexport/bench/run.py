@@ -181,7 +181,7 @@ def load_bench_baseline(path: Path) -> dict:
 
 def check_intact(path: Path) -> None:
     """The artifact's files are the ones its sidecar describes, as `verify` checks them (exit 4)."""
-    from vitexport.export.pipeline import damaged, integrity_problem
+    from vitexport.export.integrity import damaged, integrity_problem
 
     record = sidecar.read(path)
     problem = integrity_problem(backends.get(record.backend), path, record)

@@ -25,7 +25,8 @@ def package(artifact: str | Path, target: str, *, images: str | Path | None = No
     ParityError (exit 4) for a damaged or failed artifact."""
     from vitexport import backends
     from vitexport.export import sidecar
-    from vitexport.export.pipeline import check_weights_unchanged, damaged, integrity_problem, trusted_spec
+    from vitexport.export.integrity import damaged, integrity_problem
+    from vitexport.export.pipeline import check_weights_unchanged, trusted_spec
     from vitexport.models.sources import load
 
     where = device_target(target)

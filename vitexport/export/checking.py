@@ -23,7 +23,8 @@ def check_built(path: str | Path, loaded: "LoadedModel", *, images=None, seed: i
     when the outputs differ; the artifact stays where it is, its sidecar saying FAILED."""
     from vitexport import backends
     from vitexport.export import sidecar
-    from vitexport.export.pipeline import damaged, integrity_problem, result_of, status_of, tolerance
+    from vitexport.export.integrity import damaged, integrity_problem
+    from vitexport.export.pipeline import result_of, status_of, tolerance
     from vitexport.verify.checks import parity_of
 
     path = Path(path)

@@ -20,12 +20,12 @@ from vitexport.core.errors import (
     UsageError,
     VitexportError,
     WeightsError,
-    explained,
 )
 from vitexport.core.options import check_number
 from vitexport.core.peakmem import Stage, merged
 from vitexport.core.progress import Progress, ProgressLike, using
 from vitexport.export import sidecar
+from vitexport.export.integrity import damaged, integrity_problem, not_a_file
 from vitexport.export.sidecar import ArtifactRecord
 from vitexport.models.sources import LoadedModel, SourceSpec
 from vitexport.verify.parity import ParityReport, Tolerance
@@ -317,48 +317,6 @@ def trusted_spec(record: ArtifactRecord, trust_code: bool, allow_pickle: bool, b
     return replace(spec, allow_pickle=allow_pickle)
 
 
-def integrity_problem(be: Backend, path: Path, record: ArtifactRecord) -> str | None:
-    """Why the artifact's files are not the ones exported (missing, or another sha256); None if they are."""
-    from vitexport.core.environment import NotARegularFile
-
-    missing = [name for name in record.files if not path.with_name(name).exists()]
-    if missing:
-        return f"{', '.join(missing)} is missing"
-    try:
-        if record.artifact_sha256 and sidecar.digest(path, be.files(path, record)) != record.artifact_sha256:
-            return "its sha256 differs from the sidecar's"
-    except NotARegularFile as e:
-        return str(e)
-    return None
-
-
-def intact(path: Path, sha256: str | None) -> bool:
-    """Whether the artifact at `path` and its sidecar are there, the sidecar names `sha256`, and the
-    files hash to it: a cached artifact is still the one exported (the matrix's and optimize's caches)."""
-    if not path.exists():
-        return False
-    try:
-        record = sidecar.read(path)
-        be = backends.get(record.backend)
-    except UsageError:
-        return False
-    return record.artifact_sha256 == sha256 and integrity_problem(be, path, record) is None
-
-
-def not_a_file(path: Path, files: list[Path]) -> bool:
-    """Whether the artifact or one of its files is something other than a file (a package folder
-    for the artifact): a FIFO or device there would block whatever tried to load it."""
-    main_ok = path.is_dir() or path.is_file() or not path.exists()
-    return not main_ok or any(f.exists() and not f.is_file() for f in files)
-
-
-def damaged(path: Path, problem: str, error: Exception | None = None) -> str:
-    text = f"{path.name} is corrupt or changed since export ({problem})"
-    if error is not None:
-        text += f"; loading it failed: {explained(error)}"
-    return text
-
-
 @dataclass(frozen=True)
 class Gate:
     """The user's accuracy gate on --images; None keeps the precision's default."""
@@ -437,10 +395,8 @@ def tolerance(be: Backend, precision: str, atol: float | None, rtol: float | Non
 
 
 def require(be) -> None:
-    """BackendUnavailable unless the backend can export here. Its libraries are imported with signals
-    held (vitexport.core.termination.held): a Ctrl-C raised inside a library's import was swallowed by
-    one (a bare `except:` around an optional import) and left half-imported modules behind, and the
-    export went on."""
+    """BackendUnavailable unless the backend can export here. Its libraries load with signals held: a
+    Ctrl-C inside coremltools' import was swallowed there, leaving half-imported modules behind."""
     from vitexport.core import termination
 
     with termination.held(f"loading {be.name}'s libraries"):

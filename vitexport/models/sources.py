@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from vitexport.core import chatter, usercode, writer
+from vitexport.core import chatter, termination, usercode, writer
 from vitexport.core.environment import sha256_file, total_memory_bytes
 from vitexport.core.errors import ConfigError, SourceError, WeightsError, import_optional
 from vitexport.models import holding
@@ -131,12 +131,10 @@ CHECK_BATCH = 8  # the largest batch a check runs by default: what a preset's me
 
 
 def check_input_size(shape: tuple[int, ...], given: str) -> None:
-    """Refuse an input shape before any input is made: an axis above MAX_INPUT is a typo (SourceError,
-    exit 2); a check's inputs, each held by PyTorch and by the runtime, that outgrow this machine's
-    memory are TooLargeHere (exit 3), naming what they need and what there is."""
+    """Refuse a shape before any input is made: an axis above MAX_INPUT is a typo (exit 2); a check's
+    inputs, held by PyTorch and the runtime, beyond this machine's memory are its limit (exit 3)."""
     import math
 
-    from vitexport.core.environment import total_memory_bytes
     from vitexport.core.errors import TooLargeHere
 
     for (axis, limit), value in zip(MAX_INPUT.items(), shape):
@@ -181,9 +179,7 @@ def export_mode():
 
 def load(spec: SourceSpec) -> LoadedModel:
     """Build the model, load its weights, put it in eval mode and materialise lazy modules."""
-    from vitexport.core import termination
-
-    with termination.held("loading PyTorch"):  # a Ctrl-C inside its import can leave half of it behind
+    with termination.held("loading PyTorch"):  # a Ctrl-C inside its import would leave half of it
         import torch
 
     kind = _kind_of(spec.model)

@@ -143,7 +143,7 @@ class Cache:
     def built(self, key: str, fresh: bool = False) -> Path | None:
         """The artifact of an intact entry under `key`; None when there is none or it is damaged (then
         removed, to be built again). `fresh`: built by this run's helper process, counted as built."""
-        from vitexport.export.pipeline import intact
+        from vitexport.export.integrity import intact
 
         folder = self.entry(key)
         record = self._read(folder / "entry.json", "build", key, fresh)

@@ -135,32 +135,18 @@ def _checked_archive(f: BinaryIO, path: Path, allow_pickle: bool) -> dict[str, A
     return meta
 
 
-# torch writes its archives uncompressed; an entry that inflates this much was not written by it.
-MAX_INFLATION = 20
 MAX_RECORD_BYTES = 256 * 2**20  # vitexport's record: names, shapes and the golden arrays of a few feeds
 
 
 def check_sizes(archive: zipfile.ZipFile, path: Path) -> None:
-    """Refuse, from the sizes the archive declares and before reading any entry (reads stop at the
-    declared size), an entry that inflates beyond MAX_INFLATION (an archive bomb) or a record beyond
-    MAX_RECORD_BYTES (exit 2), and a program larger than this machine's memory (exit 3)."""
-    from vitexport.core.environment import total_memory_bytes
-    from vitexport.core.errors import TooLargeHere
+    """The archive's declared sizes (vitexport.core.archives), and a record of a size vitexport writes."""
+    from vitexport.core.archives import check_declared_sizes
 
-    total = 0
+    check_declared_sizes(archive, f"reference program {path.name}")
     for info in archive.infolist():
-        total += info.file_size
-        if info.file_size > 2**20 and info.file_size > MAX_INFLATION * max(info.compress_size, 1):
-            raise SourceError(f"reference program {path.name}: its entry {info.filename.split('/', 1)[-1]} "
-                              f"inflates {info.compress_size:,} bytes to {info.file_size:,}; a program torch wrote "
-                              "is stored uncompressed: refusing it")
         if info.filename.endswith(f"/extra/{META}") and info.file_size > MAX_RECORD_BYTES:
             raise SourceError(f"reference program {path.name}: its record declares {info.file_size:,} bytes, above "
                               f"{MAX_RECORD_BYTES:,}: not one vitexport wrote")
-    memory = total_memory_bytes()
-    if memory is not None and total > memory:
-        raise TooLargeHere(f"reference program {path.name} holds {total / 1e9:.3g} GB; this machine has "
-                           f"{memory / 1e9:.3g} GB")
 
 
 def _plain(name: str, archive: zipfile.ZipFile, names: list[str]) -> bool:

@@ -322,7 +322,9 @@ def test_a_detection_package_is_judged_on_its_boxes(tmp_path):
     spec = api.SourceSpec(f"{ROOT / 'tests' / 'task_models.py'}:detection")
     gates = {"detection_recall": 0.95, "detection_precision": 0.95}
     artifact = api.export("onnx", spec, out_dir=tmp_path / "out", gate=api.Gate(task_gates=gates))["artifact"]
-    folder = Path(package(artifact, "linux", out_dir=tmp_path / "packages", trust_code=True)["package"])
+    made = package(artifact, "linux", out_dir=tmp_path / "packages", trust_code=True)
+    assert made["task"] == "detection" and ["detection_recall", "min", 0.95] in made["task_gates"]
+    folder = Path(made["package"])
     golden = json.loads((folder / "golden" / "golden.json").read_text())
     assert golden["task"] == "detection" and golden["task_gates"] == gates
     device = copy_to_device(folder, tmp_path)

@@ -144,6 +144,9 @@ def test_a_package_and_an_optimize_run_say_what_they_made():
     for text in ("/out/vit-onnx-linux", "python3 check.py", "random-1",
                  "vitexport verify --device-report device-report.json --package /out/vit-onnx-linux"):
         assert text in package, text
+    assert "judged as" not in package  # a classifier: its tolerance says it all
+    depth = {**samples()["package"], "task": "depth", "task_gates": [["abs_rel", "max", 0.01], ["delta1", "min", 0.99]]}
+    assert "depth: abs rel &lt;= 0.01, delta1 &gt;= 0.99" in shown(depth, "package")._repr_html_()
     optimize = shown(samples()["optimize"], "optimize")._repr_html_()
     for text in ("picked int8-dynamic", "3.54x", "chosen", "not checked: slower than the pick",
                  "openvino offered nothing: it cannot run here: no OpenVINO here", "executorch-int8: not built"):

@@ -101,7 +101,17 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
             "artifact": str(Path(path).resolve()), "precision": record.precision, "runtime": check.runtime,
             "manifest_sha256": digest, "files": count, "check": RUN[target.language],
             "cases": [{k: c[k] for k in ("name", "rows", "batch")} for c in gold["cases"]],
-            "tolerance": gold["tolerance"], "install": check.install}
+            "tolerance": gold["tolerance"], "install": check.install, **_task(gold)}
+
+
+def _task(gold: dict) -> dict:
+    """A model that does not classify: its task and the gates its precision is judged by on the device."""
+    from vitexport.verify.tasks import gates_for
+
+    task = gold.get("task") or "classification"
+    if task == "classification":
+        return {}
+    return {"task": task, "task_gates": [list(g) for g in gates_for(task, gold["precision"], gold.get("task_gates"))]}
 
 
 def default_files(be: "Backend", path: Path, record: "ArtifactRecord") -> list[Path]:

@@ -146,12 +146,15 @@ def bench(report: dict) -> dict[str, Any]:
 
 def package(result: dict) -> dict[str, Any]:
     """A deploy package: where it is, what it holds, and how to prove it on the device."""
+    from vitexport.report.tasks import gates_words
+
     tolerance = _dict(result.get("tolerance"))
     facts = _present([
         ("package", result.get("package")), ("target", result.get("target")), ("runtime", result.get("runtime")),
         ("backend", result.get("backend")), ("precision", result.get("precision")),
         ("artifact", result.get("artifact")), ("files", result.get("files")),
         ("tolerance", ", ".join(f"{k} {_num(v)}" for k, v in tolerance.items())),
+        ("judged as", gates_words(str(result["task"]), _list(result.get("task_gates"))) if result.get("task") else None),
         ("on the device", result.get("check")), ("what it needs there", result.get("install")),
         ("then here", f"vitexport verify --device-report device-report.json --package {_num(result.get('package'))}"
          if result.get("package") else None)])

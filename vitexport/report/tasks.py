@@ -22,6 +22,16 @@ def task_line(parity: dict[str, Any]) -> str | None:
                       for name, value in numbers.items()) or "no output it reads"
     # the gates that judged these numbers (a detector: its confident detections, else its top-k queries)
     gates = applied_gates(parity["task"], parity.get("precision") or "fp32", numbers, parity.get("task_gates"))
-    gate = "; gate " + ", ".join(f"{n.replace('_', ' ')} {'>=' if kind == 'min' else '<='} {limit:g}"
-                                 for n, kind, limit in gates) if gates else ""
+    gate = f"; gate {_limits(gates)}" if gates else ""
     return f"{parity['task']}: {shown}{gate}"
+
+
+def gates_words(task: str, gates) -> str:
+    """`depth: abs rel <= 0.01, delta1 >= 0.99`, or what holds a precision without gates."""
+    if not gates:
+        return f"{task}: its numbers reported, the element-wise tolerance holds it"
+    return f"{task}: {_limits(gates)}"
+
+
+def _limits(gates) -> str:
+    return ", ".join(f"{n.replace('_', ' ')} {'>=' if kind == 'min' else '<='} {limit:g}" for n, kind, limit in gates)

@@ -102,6 +102,11 @@ def package_report(result: dict[str, Any]) -> None:
                   f"({result['runtime']}): {result['files']} files, golden cases {escape(cases)}, atol "
                   f"{result['tolerance']['atol']:g}, rtol {result['tolerance']['rtol']:g}", highlight=False,
                   soft_wrap=True)
+    if result.get("task"):  # judged in its task's terms on the device too
+        from vitexport.report.tasks import gates_words
+
+        console.print(f"judged as {escape(gates_words(result['task'], result.get('task_gates')))}", highlight=False,
+                      soft_wrap=True)
     console.print(f"on the device: {escape(result['check'])}", highlight=False, soft_wrap=True)
     console.print(f"  what it needs there: {escape(result['install'].rstrip('.'))}", highlight=False, soft_wrap=True)
     console.print("  every step: README.md in the package", highlight=False, soft_wrap=True)

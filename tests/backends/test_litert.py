@@ -1,0 +1,187 @@
+"""LiteRT (.tflite): converted by litert-torch, reduced by ai-edge-quantizer, checked in LiteRT's
+interpreter with XNNPACK. tiny at depth 1 throughout: conversion time grows with the node count, and
+one block holds every op a ViT-Ti converts to.
+
+These tests cover what is LiteRT's own: the precisions, what XNNPACK takes, a dynamic batch, a
+changed file, the converter's refusal of an op, the missing library and bad options.
+"""
+
+import importlib.util
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+from zoo_models import ROOT
+
+from vitexport import api, backends
+from vitexport.backends.litert.options import LiteRTOptions
+from vitexport.cli.app import app
+from vitexport.core.errors import ParityError, UnsupportedByRuntime
+from vitexport.export import sidecar
+from vitexport.models.sources import SourceSpec
+
+HAVE_LITERT = importlib.util.find_spec("litert_torch") is not None
+needs_litert = pytest.mark.skipif(not HAVE_LITERT, reason="litert-torch is not installed (pip install 'vitexport[litert]')")
+DEPTH1 = SourceSpec("tiny", overrides={"depth": 1})
+IMAGES = ROOT / "samples" / "images"
+# Each precision's options, and the largest max abs error to PyTorch it is expected to stay within on
+# tiny at depth 1 (its tolerance's atol is the gate; these say how far inside it LiteRT lands).
+PRECISIONS = {"fp32": ({}, 1e-4),
+              "fp16": ({"precision": "fp16"}, 5e-2),
+              "int8": ({"precision": "int8"}, 0.5),
+              "int8-static": ({"precision": "int8", "quant": "static", "calibration_images": str(IMAGES)}, 0.5)}
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def one_line_error(result, code: int, text: str) -> None:
+    assert result.exit_code == code, (result.exit_code, result.stderr)
+    assert text in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert len([line for line in result.stderr.splitlines() if line.startswith("error:")]) == 1
+
+
+@pytest.fixture(scope="module")
+def built(shared_artifacts):
+    """One export per precision per test run, shared by every test that reads it."""
+    if not HAVE_LITERT:
+        pytest.skip("litert-torch is not installed")
+    return lambda precision: shared_artifacts.built("litert", DEPTH1, LiteRTOptions(**PRECISIONS[precision][0]))
+
+
+@needs_litert
+@pytest.mark.parametrize("precision", list(PRECISIONS))
+def test_each_precision_is_verified_in_litert(built, precision):
+    result = built(precision)
+    parity = result["parity"]
+    assert parity["passed"], parity.get("failures")
+    assert parity["max_abs_error"] <= PRECISIONS[precision][1]
+    assert result["provider"] == "litert-xnnpack" and result["status"] == "verified"
+    artifact = Path(result["artifact"])
+    assert artifact.suffix == ".tflite" and artifact.read_bytes()[4:8] == b"TFL3"
+    record = sidecar.read(artifact)
+    assert record.precision == precision.split("-")[0] and "ai-edge-litert" in record.tools
+    assert record.info["signature"]["inputs"] and record.info["ops"]
+
+
+@needs_litert
+def test_reduced_precisions_hold_what_they_say(built):
+    """fp16 weights halve the file, int8 quarters it; int8 static quantises activations (QUANTIZE ops
+    at the input), dynamic range leaves them float."""
+    sizes = {p: Path(built(p)["artifact"]).stat().st_size for p in PRECISIONS}
+    assert sizes["fp16"] < 0.6 * sizes["fp32"] and sizes["int8"] < 0.35 * sizes["fp32"]
+    static, dynamic = built("int8-static")["info"], built("int8")["info"]
+    assert static["quant"]["calibration_images"] == len(list(IMAGES.glob("*.jpg")))
+    assert "QUANTIZE" in static["ops"] and "QUANTIZE" not in dynamic["ops"]
+    assert built("fp16")["info"]["ops"].get("DEQUANTIZE")  # fp16 weights, widened in the graph
+
+
+@needs_litert
+def test_a_changed_model_fails_its_check_with_exit_4(built, tmp_path):
+    source = Path(built("fp32")["artifact"])
+    copy = tmp_path / source.name
+    shutil.copy2(source, copy)
+    shutil.copy2(sidecar.path_for(source), sidecar.path_for(copy))
+    data = bytearray(copy.read_bytes())
+    data[-64:-32] = bytes(32)  # a few weight bytes: still a model, no longer this one
+    copy.write_bytes(bytes(data))
+    with pytest.raises(ParityError):
+        api.verify(copy)
+    result = invoke("verify", copy)
+    assert result.exit_code == 4, result.stderr
+
+
+@needs_litert
+def test_verify_and_bench_read_it_like_any_artifact(built, tmp_path):
+    artifact = built("int8")["artifact"]
+    assert api.verify(artifact)["parity"]["passed"]
+    report = api.bench([artifact], ["litert"], [1], threads=1, iters=3, warmup_iters=1, warmup_s=0, budget_s=None,
+                       out_dir=tmp_path, roofline=False)
+    row = report["results"][0]
+    assert row["available"] and row["provider"] == "litert-xnnpack" and row["latency_ms"]["p50"] > 0, row
+
+
+@needs_litert
+def test_lint_names_nothing_off_xnnpack_for_a_vit(built):
+    from vitexport.backends.litert.lint import off_xnnpack
+
+    assert off_xnnpack(Path(built("fp32")["artifact"])) == []
+
+
+@needs_litert
+def test_dynamic_batch_is_checked_at_1_3_and_its_bound(tmp_path):
+    result = api.export("litert", DEPTH1, LiteRTOptions(dynamic_batch=True, max_batch=4), tmp_path)
+    assert result["parity"]["passed"] and result["parity"]["batches"] == [1, 3, 4]
+    assert Path(result["artifact"]).name == "tiny-depth1-dynamic.tflite"
+
+
+@needs_litert
+def test_an_op_the_converter_cannot_take_is_exit_3_naming_it(tmp_path):
+    """An FFT has no LiteRT lowering: the converter's refusal is unavailable-here, with the op named."""
+    path = tmp_path / "fft.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Spectral(nn.Module):
+            input_shape = (1, 3, 16, 16)
+
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(3 * 16 * 9, 4)
+
+            def forward(self, x):
+                return self.head(torch.fft.rfft2(x).abs().flatten(1))
+
+        def make():
+            return Spectral()
+    """))
+    with pytest.raises(UnsupportedByRuntime, match="fft"):
+        api.export("litert", SourceSpec(f"{path}:make"), LiteRTOptions(), tmp_path / "out")
+
+
+# --- bad input and a missing library -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--precision", "int4"], "--precision must be one of fp32, fp16, int8"),
+    (["--quant", "full"], "--quant must be one of dynamic, static"),
+    (["--precision", "int8", "--quant", "static"], "needs --calibration-images"),
+    (["--quant", "static", "--calibration-images", "samples/images"], "--quant static applies to --precision int8"),
+    (["--precision", "int8", "--quant", "static", "--calibration-images", "/no/such/dir"], "not a directory"),
+    (["--calibration-images", "samples/images"], "calibrates --precision int8 --quant static only"),
+    (["--dynamic-batch", "--max-batch", "1"], "--max-batch 2 or more"),
+])
+def test_bad_options_exit_2_before_any_work(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(ROOT)
+    one_line_error(invoke("litert", "--config", "tiny", "--out", tmp_path, *args), 2, message)
+    assert not list(tmp_path.iterdir())
+
+
+def test_missing_litert_is_exit_3_naming_the_extra(tmp_path, monkeypatch):
+    for top in ("litert_torch", "ai_edge_litert", "ai_edge_quantizer"):
+        for name in [m for m in sys.modules if m == top or m.startswith(top + ".")] + [top]:
+            monkeypatch.setitem(sys.modules, name, None)  # every import of it fails as if it were not installed
+    one_line_error(invoke("litert", "--config", "tiny", "--set", "depth=1", "--out", tmp_path), 3,
+                   "pip install 'vitexport[litert]'")
+    assert not backends.get("litert").runs_here().ok
+
+
+def test_names_tell_precisions_and_schemes_apart():
+    be = backends.get("litert")
+    tags = {be.name_tag(LiteRTOptions(**options)) for options, _ in PRECISIONS.values()}
+    assert tags == {"", "-fp16", "-int8", "-int8-static"}
+
+
+def test_bench_has_a_litert_row_and_optimize_builds_int8_only_when_thorough():
+    be = backends.get("litert")
+    assert [t.name for t in be.bench_targets()] == ["litert"] and "litert" in backends.bench_targets()
+    assert be.bench_options([1]) == LiteRTOptions()
+    assert be.bench_options([1, 8]) == LiteRTOptions(dynamic_batch=True, max_batch=8)
+    (candidate,) = be.candidates("cpu", None)
+    assert candidate.slow and candidate.options.precision == "int8" and candidate.timer == "litert"
+    assert be.candidates("cuda", None) == []

@@ -33,6 +33,7 @@ PRECISIONS = {"fp32": ({}, 1e-4),
               "fp16": ({"precision": "fp16"}, 5e-2),
               "int8": ({"precision": "int8"}, 0.5),
               "int8-static": ({"precision": "int8", "quant": "static", "calibration_images": str(IMAGES)}, 0.5)}
+FULL = {"precision": "int8", "quant": "full", "calibration_images": str(IMAGES)}
 
 
 def invoke(*args):
@@ -77,6 +78,7 @@ def test_reduced_precisions_hold_what_they_say(built):
     static, dynamic = built("int8-static")["info"], built("int8")["info"]
     assert static["quant"]["calibration_images"] == len(list(IMAGES.glob("*.jpg")))
     assert "QUANTIZE" in static["ops"] and "QUANTIZE" not in dynamic["ops"]
+    assert static["quant"]["calibration"]["images"] == static["quant"]["calibration_images"]
     assert built("fp16")["info"]["ops"].get("DEQUANTIZE")  # fp16 weights, widened in the graph
 
 
@@ -99,7 +101,7 @@ def test_a_changed_model_fails_its_check_with_exit_4(built, tmp_path):
 def test_verify_and_bench_read_it_like_any_artifact(built, tmp_path):
     artifact = built("int8")["artifact"]
     assert api.verify(artifact)["parity"]["passed"]
-    report = api.bench([artifact], ["litert"], [1], threads=1, iters=3, warmup_iters=1, warmup_s=0, budget_s=None,
+    report = api.bench(None, ["litert"], [1], artifacts=[artifact], threads=1, iters=3, warmup_iters=1, warmup_s=0, budget_s=None,
                        out_dir=tmp_path, roofline=False)
     row = report["results"][0]
     assert row["available"] and row["provider"] == "litert-xnnpack" and row["latency_ms"]["p50"] > 0, row
@@ -113,10 +115,31 @@ def test_lint_names_nothing_off_xnnpack_for_a_vit(built):
 
 
 @needs_litert
-def test_dynamic_batch_is_checked_at_1_3_and_its_bound(tmp_path):
-    result = api.export("litert", DEPTH1, LiteRTOptions(dynamic_batch=True, max_batch=4), tmp_path)
-    assert result["parity"]["passed"] and result["parity"]["batches"] == [1, 3, 4]
-    assert Path(result["artifact"]).name == "tiny-depth1-dynamic.tflite"
+def test_full_integer_takes_int8_and_names_what_falls_off_xnnpack(tmp_path):
+    """Every op in int8, the input and output too: the runner quantises the feed and dequantises the
+    output as an app does, and lint names the int8 ops XNNPACK leaves to LiteRT's kernels."""
+    from vitexport.backends.litert.lint import off_xnnpack
+    from vitexport.backends.litert.runner import LiteRTRunner
+
+    result = api.export("litert", DEPTH1, LiteRTOptions(**FULL), tmp_path, verify=False)
+    artifact = Path(result["artifact"])
+    assert artifact.name == "tiny-depth1-int8-full.tflite"
+    left = {f.node for f in off_xnnpack(artifact)}
+    assert {"SOFTMAX", "GELU"} <= left and "FULLY_CONNECTED" not in left
+    record = sidecar.read(artifact)
+    with LiteRTRunner(artifact, record) as runner:
+        assert runner.runner.get_input_details()["args_0"]["dtype"].__name__ == "int8"
+        x = __import__("numpy").zeros((1, 3, 224, 224), dtype="float32")
+        (logits,) = runner.run({record.input_names[0]: x}).values()
+    assert logits.dtype.name == "float32" and logits.shape == (1, 1000)
+
+
+@needs_litert
+def test_a_dynamic_batch_the_converter_cannot_take_is_exit_3_naming_the_op(tmp_path):
+    """litert-torch 0.10 cannot lower a view whose size is the symbolic batch (the presets' patch
+    flattening): unavailable here, with the op named, never a traceback."""
+    with pytest.raises(UnsupportedByRuntime, match="aten.view"):
+        api.export("litert", DEPTH1, LiteRTOptions(dynamic_batch=True, max_batch=4), tmp_path)
 
 
 @needs_litert
@@ -149,11 +172,12 @@ def test_an_op_the_converter_cannot_take_is_exit_3_naming_it(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--precision", "int4"], "--precision must be one of fp32, fp16, int8"),
-    (["--quant", "full"], "--quant must be one of dynamic, static"),
+    (["--quant", "half"], "--quant must be one of dynamic, static, full"),
     (["--precision", "int8", "--quant", "static"], "needs --calibration-images"),
     (["--quant", "static", "--calibration-images", "samples/images"], "--quant static applies to --precision int8"),
     (["--precision", "int8", "--quant", "static", "--calibration-images", "/no/such/dir"], "not a directory"),
-    (["--calibration-images", "samples/images"], "calibrates --precision int8 --quant static only"),
+    (["--calibration-images", "samples/images"], "calibrates --precision int8 --quant static or full only"),
+    (["--precision", "int8", "--quant", "full"], "--quant full needs --calibration-images"),
     (["--dynamic-batch", "--max-batch", "1"], "--max-batch 2 or more"),
 ])
 def test_bad_options_exit_2_before_any_work(tmp_path, monkeypatch, args, message):
@@ -173,8 +197,8 @@ def test_missing_litert_is_exit_3_naming_the_extra(tmp_path, monkeypatch):
 
 def test_names_tell_precisions_and_schemes_apart():
     be = backends.get("litert")
-    tags = {be.name_tag(LiteRTOptions(**options)) for options, _ in PRECISIONS.values()}
-    assert tags == {"", "-fp16", "-int8", "-int8-static"}
+    tags = {be.name_tag(LiteRTOptions(**options)) for options in [o for o, _ in PRECISIONS.values()] + [FULL]}
+    assert tags == {"", "-fp16", "-int8", "-int8-static", "-int8-full"}
 
 
 def test_bench_has_a_litert_row_and_optimize_builds_int8_only_when_thorough():

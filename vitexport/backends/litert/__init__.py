@@ -49,7 +49,7 @@ class LiteRTBackend(Backend):
 
     def name_tag(self, options: LiteRTOptions) -> str:
         tag = "" if options.precision == "fp32" else f"-{options.precision}"
-        return tag + ("-static" if options.precision == "int8" and options.quant == "static" else "")
+        return tag + (f"-{options.quant}" if options.precision == "int8" and options.quant != "dynamic" else "")
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
         from vitexport.backends.litert.runner import LiteRTRunner

@@ -18,7 +18,9 @@ from vitexport.core.usercode import raised
 # How the converter names what it could not take: litert-torch's lowering table, then the MLIR
 # legalisation to LiteRT's builtin ops.
 OP_FAILURES = (re.compile(r"Lowering not found: (\S+)"), re.compile(r"failed to legalize operation '([^']+)'"),
-               re.compile(r"'([\w.]+)' op .*(?:not supported|unsupported)", re.IGNORECASE))
+               re.compile(r"'([\w.]+)' op .*(?:not supported|unsupported)", re.IGNORECASE),
+               # a lowering that failed on the node torch.export gave it (a view of a dynamic batch)
+               re.compile(r"While executing %\w+ : .*?target=torch\.ops\.([\w.]+?)(?:\.default)?\]"))
 
 
 def export_tflite(loaded, options: LiteRTOptions, out_path: Path) -> dict:

@@ -21,6 +21,7 @@ def missing(e: ImportError, default: str) -> BackendUnavailable:
 def import_converter():
     """litert_torch, or BackendUnavailable naming the extra."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the converter's C++ logs every pass otherwise
+    os.environ.setdefault("LITERT_TORCH_SHOW_PROGRESS", "n")  # its step list, printed on stdout
     try:
         with quiet_loggers("torch.utils._pytree", "absl", "jax"):
             import litert_torch

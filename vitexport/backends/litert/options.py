@@ -10,7 +10,8 @@ from vitexport.core.errors import UsageError
 from vitexport.core.options import option
 
 PRECISIONS = ("fp32", "fp16", "int8")
-QUANT_MODES = ("dynamic", "static")
+QUANT_MODES = ("dynamic", "static", "full")
+CALIBRATED = ("static", "full")
 
 
 @dataclass(frozen=True)
@@ -19,19 +20,21 @@ class LiteRTOptions(ExportOptions):
                                     "fp16 arithmetic where a delegate has it) or int8 (ai-edge-quantizer).",
                             choices=PRECISIONS)
     quant: str = option("dynamic", "int8 scheme: dynamic (int8 weights, activations quantised at run time: "
-                                   "XNNPACK's fast path; no calibration) or static (full integer: activation "
-                                   "ranges from --calibration-images, what NPUs and the Edge TPU need).",
-                        choices=QUANT_MODES)
-    calibration_images: str | None = option(None, "Images that calibrate int8: the activation ranges static int8 "
-                                                  "is calibrated on.")
+                                   "XNNPACK's fast path; no calibration), static (int8 activations into the matrix "
+                                   "products and convolutions, ranges from --calibration-images; the rest float) or "
+                                   "full (every op and the model's input and output in int8, calibrated: what NPUs "
+                                   "and the Edge TPU need).", choices=QUANT_MODES)
+    calibration_images: str | None = option(None, "Images that calibrate int8: the activation ranges static and "
+                                                  "full int8 are calibrated on.")
 
     def check(self) -> None:
-        if self.quant == "static" and self.precision != "int8":
-            raise UsageError("--quant static applies to --precision int8")
-        if self.quant == "static" and not self.calibration_images:
-            raise UsageError("--quant static needs --calibration-images DIR (its activation ranges come from them)")
-        if self.calibration_images and not (self.precision == "int8" and self.quant == "static"):
-            raise UsageError("--calibration-images calibrates --precision int8 --quant static only")
+        if self.quant != "dynamic" and self.precision != "int8":
+            raise UsageError(f"--quant {self.quant} applies to --precision int8")
+        if self.quant in CALIBRATED and not self.calibration_images:
+            raise UsageError(f"--quant {self.quant} needs --calibration-images DIR (its activation ranges come from "
+                             "them)")
+        if self.calibration_images and not (self.precision == "int8" and self.quant in CALIBRATED):
+            raise UsageError("--calibration-images calibrates --precision int8 --quant static or full only")
         if self.calibration_images and not Path(self.calibration_images).is_dir():
             raise UsageError(f"--calibration-images: not a directory: {self.calibration_images}")
         if self.dynamic_batch and self.check_max_batch < 2:

@@ -26,13 +26,24 @@ def interpreter_for(path: Path, threads: int | None, xnnpack: bool = True):
 
 def left_out(interpreter) -> dict[str, int]:
     """{op type: count} of the nodes the interpreter runs itself (not inside a delegate), once its
-    tensors are allocated: with XNNPACK on, what fell off XNNPACK."""
+    tensors are allocated: with XNNPACK on, what fell off XNNPACK. The op list keeps the model's nodes
+    and appends one DELEGATE node per partition; a partition is convex, so the nodes it took are those
+    reached walking back from its outputs to its inputs."""
+    ops = interpreter._get_ops_details()
+    producer = {int(t): op for op in ops if op["op_name"] != DELEGATE_OP for t in op["outputs"]}
+    inside: set[int] = set()
+    for delegate in (op for op in ops if op["op_name"] == DELEGATE_OP):
+        boundary = {int(t) for t in delegate["inputs"]}
+        todo = [int(t) for t in delegate["outputs"]]
+        while todo:
+            op = producer.get(todo.pop())
+            if op is None or op["index"] in inside:
+                continue
+            inside.add(op["index"])
+            todo += [int(t) for t in op["inputs"] if int(t) >= 0 and int(t) not in boundary]
     counted: dict[str, int] = {}
-    plan = set(interpreter._interpreter.ExecutionPlan()) if hasattr(interpreter._interpreter, "ExecutionPlan") else None
-    for op in interpreter._get_ops_details():
-        if plan is not None and op["index"] not in plan:
-            continue  # replaced by a delegate node
-        if op["op_name"] != DELEGATE_OP:
+    for op in ops:
+        if op["op_name"] != DELEGATE_OP and op["index"] not in inside:
             counted[op["op_name"]] = counted.get(op["op_name"], 0) + 1
     return dict(sorted(counted.items()))
 
@@ -68,12 +79,37 @@ class LiteRTRunner(Runner):
         import numpy as np
 
         x = np.ascontiguousarray(feed[self.input_name], dtype=np.float32)
-        inputs = self.signature.get("inputs") or list(self.runner.get_input_details())
+        inputs = self.runner.get_input_details()
+        key = (self.signature.get("inputs") or list(inputs))[0]
         try:
-            outputs = self.runner(**{inputs[0]: x})
+            outputs = self.runner(**{key: to_input(x, inputs[key])})
         except Exception as e:
             raise RuntimeFailure(f"LiteRT failed to run {self.path.name} on a batch of {len(x)}: {explained(e)}") \
                 from None
+        details = self.runner.get_output_details()
         names = self.signature.get("outputs") or sorted(outputs)
         # LiteRT's outputs by the signature's order, named as the artifact names them.
-        return {name: np.asarray(outputs[key], dtype=np.float32) for name, key in zip(self.output_names, names)}
+        return {name: from_output(outputs[key], details[key]) for name, key in zip(self.output_names, names)}
+
+
+def to_input(x: "np.ndarray", detail: dict) -> "np.ndarray":
+    """A float feed as the model takes it: a full-integer model takes int8, quantised with its input's
+    scale and zero point (what an app does before it calls the model)."""
+    import numpy as np
+
+    dtype = np.dtype(detail["dtype"])
+    if dtype == np.float32:
+        return x
+    scale, zero = detail["quantization"]
+    info = np.iinfo(dtype)
+    return np.clip(np.round(x / scale) + zero, info.min, info.max).astype(dtype)
+
+
+def from_output(y: "np.ndarray", detail: dict) -> "np.ndarray":
+    """An output as float32: a quantised one dequantised with its scale and zero point."""
+    import numpy as np
+
+    if np.dtype(detail["dtype"]) == np.float32:
+        return np.asarray(y, dtype=np.float32)
+    scale, zero = detail["quantization"]
+    return ((np.asarray(y, dtype=np.float32) - zero) * scale).astype(np.float32)

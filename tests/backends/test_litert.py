@@ -195,6 +195,16 @@ def test_missing_litert_is_exit_3_naming_the_extra(tmp_path, monkeypatch):
     assert not backends.get("litert").runs_here().ok
 
 
+@needs_litert
+def test_the_extra_brings_the_modules_the_extras_map_lists_for_it():
+    """The dev environment leaves litert out, and its extras check reads this list instead of the
+    metadata: here, where the extra is installed, the list must be what it really brings."""
+    import extras_map
+
+    listed = extras_map.APART["litert"][1]
+    assert listed <= frozenset(extras_map.modules(extras_map.extras()["litert"]))
+
+
 def test_names_tell_precisions_and_schemes_apart():
     be = backends.get("litert")
     tags = {be.name_tag(LiteRTOptions(**options)) for options in [o for o, _ in PRECISIONS.values()] + [FULL]}

@@ -135,6 +135,45 @@ def test_full_integer_takes_int8_and_names_what_falls_off_xnnpack(tmp_path):
 
 
 @needs_litert
+def test_an_op_off_xnnpack_is_named_by_lint_and_still_verified(tmp_path):
+    """A cumulative sum converts (CUMSUM) but XNNPACK has no kernel for it: LiteRT runs it on its builtin
+    kernels, the check passes, and lint names it."""
+    path = tmp_path / "cumsum.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Running(nn.Module):
+            input_shape = (1, 3, 8, 8)
+
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(3 * 8 * 8, 4)
+
+            def forward(self, x):
+                return self.head(torch.cumsum(x, -1).flatten(1))
+
+        def make():
+            return Running()
+    """))
+    result = api.export("litert", SourceSpec(f"{path}:make"), LiteRTOptions(), tmp_path / "out")
+    assert result["parity"]["passed"] and result["info"]["ops"]["CUMSUM"] == 1
+    lint = result.get("lint") or result["parity"]["lint"]
+    assert [(f["rule"], f["node"]) for f in lint] == [("litert-off-xnnpack", "CUMSUM")]
+
+
+def test_gpu_refusals_are_read_from_the_analyzers_report():
+    from vitexport.backends.litert.lint import gpu_findings
+
+    report = ("Subgraph#0 main(T#0) -> [T#3]\n  Op#0 FULLY_CONNECTED(T#0, T#1) -> [T#2]\n"
+              "  Op#1 STABLEHLO_SORT(T#2) -> [T#3]\nGPU COMPATIBILITY WARNING: Not supported op STABLEHLO_SORT\n")
+    (finding,) = gpu_findings(report)
+    assert (finding.rule, finding.node) == ("litert-off-gpu", "STABLEHLO_SORT")
+    assert "Not supported op" in finding.message
+    assert gpu_findings("Your model looks compatible with GPU delegate") == []
+
+
+@needs_litert
 def test_a_dynamic_batch_the_converter_cannot_take_is_exit_3_naming_the_op(tmp_path):
     """litert-torch 0.10 cannot lower a view whose size is the symbolic batch (the presets' patch
     flattening): unavailable here, with the op named, never a traceback."""

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from vitexport.verify.parity import Finding
 
-# The analyzer's line for an op the GPU delegate refuses: "Op#12 GELU(...) GPU COMPATIBILITY WARNING: ...".
-GPU_WARNING = re.compile(r"Op#\d+\s+(\w+)\(.*?GPU COMPATIBILITY WARNING:\s*(.*)")
+# The analyzer lists each op ("  Op#12 GELU(T#3) -> [T#4]") and, for one the GPU delegate would refuse, a
+# "GPU COMPATIBILITY WARNING: why" line after it (on the op's line or the next).
+OP_LINE = re.compile(r"^\s*Op#\d+\s+(\w+)\(")
+GPU_WARNING = re.compile(r"GPU COMPATIBILITY WARNING:\s*(.*)")
 
 
 def lint_tflite(path: Path) -> list[Finding]:
@@ -34,11 +36,18 @@ def off_gpu(path: Path) -> list[Finding]:
     text = analyzed(path)
     if text is None:
         return []
+    return gpu_findings(text)
+
+
+def gpu_findings(text: str) -> list[Finding]:
     refused: dict[str, str] = {}
+    op = None
     for line in text.splitlines():
-        found = GPU_WARNING.search(line)
-        if found:
-            refused.setdefault(found.group(1), found.group(2).strip())
+        named = OP_LINE.search(line)
+        op = named.group(1) if named else op
+        warned = GPU_WARNING.search(line)
+        if warned and op:
+            refused.setdefault(op, warned.group(1).strip())
     return [Finding("litert-off-gpu", "info", op, f"LiteRT's GPU delegate would not take {op}: {why}")
             for op, why in sorted(refused.items())]
 

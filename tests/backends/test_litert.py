@@ -206,6 +206,36 @@ def test_an_op_the_converter_cannot_take_is_exit_3_naming_it(tmp_path):
         api.export("litert", SourceSpec(f"{path}:make"), LiteRTOptions(), tmp_path / "out")
 
 
+@needs_litert
+def test_a_linux_package_checks_itself_in_litert_and_its_report_is_judged(built, tmp_path):
+    """The package's check runs where vitexport and torch cannot be imported (numpy and ai-edge-litert
+    only), its report verifies here, and the same report with a changed output exits 4."""
+    import json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
+    from device_harness import copy_to_device, run_check
+
+    package = api.package(built("int8")["artifact"], "linux", out_dir=tmp_path / "pkg")["package"]
+    device = copy_to_device(Path(package), tmp_path)
+    run = run_check(device, absent=("vitexport", "torch", "litert_torch"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((device / "device-report.json").read_text())
+    assert report["device"]["provider"] == "litert-xnnpack" and report["device"]["runtime"].startswith("LiteRT")
+    result = invoke("verify", "--device-report", device / "device-report.json", "--package", package)
+    assert result.exit_code == 0, result.stderr
+    report["cases"][1]["outputs"]["logits"]["data"][3] += 1.0  # beyond int8's tolerance
+    (device / "device-report.json").write_text(json.dumps(report))
+    assert invoke("verify", "--device-report", device / "device-report.json", "--package", package).exit_code == 4
+
+
+def test_android_is_refused_until_its_check_exists():
+    from vitexport.backends.base import DeviceTarget
+    from vitexport.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="--target linux"):
+        backends.get("litert").device_check(Path("m.tflite"), None, DeviceTarget("android", "kotlin", "an Android device"))
+
+
 # --- bad input and a missing library -----------------------------------------------------------------
 
 
@@ -256,5 +286,5 @@ def test_bench_has_a_litert_row_and_optimize_builds_int8_only_when_thorough():
     assert be.bench_options([1]) == LiteRTOptions()
     assert be.bench_options([1, 8]) == LiteRTOptions(dynamic_batch=True, max_batch=8)
     (candidate,) = be.candidates("cpu", None)
-    assert candidate.slow and candidate.options.precision == "int8" and candidate.timer == "litert"
+    assert candidate.slow and candidate.options == LiteRTOptions(precision="int8") and candidate.timer == "litert"
     assert be.candidates("cuda", None) == []

@@ -18,8 +18,11 @@ from vitexport.backends.base import (
     Backend,
     BenchTarget,
     Candidate,
+    DeviceCheck,
+    DeviceTarget,
     Diagnosis,
     RunOptions,
+    device_source,
     output_names,
 )
 from vitexport.backends.litert.options import LiteRTOptions
@@ -69,6 +72,22 @@ class LiteRTBackend(Backend):
                              f"{bound}); check with --max-batch {bound} or less")
         return [b for b in super().check_batches(record, max_batch) if not bound or b <= bound]
 
+    def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
+        """LiteRT's interpreter in Python (ai-edge-litert: Linux x86_64 and aarch64, macOS). The Android
+        check (Kotlin, the compiled-model API) is not written yet."""
+        from vitexport.core.errors import UsageError
+
+        if target.language != "python":
+            raise UsageError(f"a LiteRT model has no check for {target.device} here yet: package it with --target "
+                             "linux, jetson or macos (or an ExecuTorch program for Android)")
+        version = record.tools.get("ai-edge-litert", "<version>")
+        return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py", runtime="LiteRT",
+                           install=f"`pip install ai-edge-litert=={version} numpy` (the runtime alone; no converter)",
+                           settings={"file": path.name, "signature": dict(record.info["signature"]),
+                                     "output_names": list(record.output_names), "precision": record.precision},
+                           notes=("`python3 check.py --threads N` sets the interpreter's threads; the report says "
+                                  "whether XNNPACK took the model (litert-xnnpack).",))
+
     def lint(self, path: Path, record):
         from vitexport.backends.litert.lint import lint_tflite
 
@@ -87,10 +106,11 @@ class LiteRTBackend(Backend):
     def candidates(self, target: str, calibration_images: str | None) -> list[Candidate]:
         """On a CPU: dynamic-range int8 in XNNPACK (int8 weights, activations quantised per run), the
         precision LiteRT's CPU path is fastest in. Converting ViT-B takes minutes on 2 vCPUs (torch.export,
-        then the MLIR converter), so only `optimize --thorough` builds it."""
+        then the MLIR converter), so only `optimize --thorough` builds it. At a fixed batch: litert-torch
+        refuses a view of a symbolic batch, which every preset's patch flattening is."""
         if target != "cpu":
             return []
-        return [Candidate("litert-int8", LiteRTOptions(dynamic_batch=True, precision="int8"), self.name, slow=True)]
+        return [Candidate("litert-int8", LiteRTOptions(precision="int8"), self.name, slow=True)]
 
     def diagnose(self) -> Diagnosis:
         """The libraries' versions, and what converts and runs here."""

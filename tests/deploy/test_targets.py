@@ -26,6 +26,7 @@ SUPPORTED = {
     "onnx": {"linux", "jetson", "macos"},
     "torchscript": {"linux", "jetson", "macos"},
     "openvino": {"linux", "jetson", "macos"},
+    "litert": {"linux", "jetson", "macos"},  # android: its Kotlin check is not written yet
     "coreml": {"macos", "ios"},
     "executorch": {"linux", "jetson", "macos", "ios", "android"},
     "tensorrt": set(),  # needs the ONNX it was built from on disk: tests/backends/test_jetson_bundle.py

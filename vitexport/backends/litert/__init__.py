@@ -83,7 +83,7 @@ class LiteRTBackend(Backend):
         version = record.tools.get("ai-edge-litert", "<version>")
         return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py", runtime="LiteRT",
                            install=f"`pip install ai-edge-litert=={version} numpy` (the runtime alone; no converter)",
-                           settings={"file": path.name, "signature": dict(record.info["signature"]),
+                           settings={"file": path.name, "signature": record.info.get("signature"),
                                      "output_names": list(record.output_names), "precision": record.precision},
                            notes=("`python3 check.py --threads N` sets the interpreter's threads; the report says "
                                   "whether XNNPACK took the model (litert-xnnpack).",))

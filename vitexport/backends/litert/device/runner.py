@@ -1,8 +1,8 @@
 """Runs this package's `.tflite` in LiteRT's interpreter (ai-edge-litert) with its default XNNPACK
 delegate, for check.py (numpy and ai-edge-litert only).
 
-settings (manifest.json): file, signature (its key, input and output names in LiteRT's order),
-output_names (the package's names for those outputs). A full-integer model takes int8: the float
+settings (manifest.json): file, signature (its key, input and output names in LiteRT's order; when
+absent, the model's first signature), output_names (the package's names for those outputs). A full-integer model takes int8: the float
 input is quantised with the input's scale and zero point and the outputs dequantised, as an app does.
 """
 from __future__ import annotations
@@ -34,6 +34,12 @@ def _from_output(y, detail):
     return ((np.asarray(y, dtype=np.float32) - zero) * scale).astype(np.float32)
 
 
+def _first_signature(interpreter):
+    key, names = next(iter(interpreter.get_signature_list().items()))
+    return {"key": key, "inputs": list(names["inputs"]),
+            "outputs": sorted(names["outputs"], key=lambda n: (len(n), n))}  # output_2 before output_10
+
+
 class LiteRTRunner:
     def __init__(self, folder: Path, settings: dict, args):
         from ai_edge_litert import interpreter as lite
@@ -41,7 +47,7 @@ class LiteRTRunner:
         threads = getattr(args, "threads", None)
         self.interpreter = lite.Interpreter(model_path=str(folder / settings["file"]), num_threads=threads)
         self.interpreter.allocate_tensors()
-        signature = settings["signature"]
+        signature = settings.get("signature") or _first_signature(self.interpreter)
         self.runner = self.interpreter.get_signature_runner(signature["key"])
         self.input = signature["inputs"][0]
         self.outputs = list(signature["outputs"])[:len(settings["output_names"])]

@@ -58,11 +58,13 @@ def op_counts(data: bytes) -> dict[str, int]:
 
 
 def signature(data: bytes) -> dict:
-    """The first signature's key and its input and output names in LiteRT's order."""
+    """The first signature's key and its input and output names, the outputs in the model's order
+    (litert-torch names them output_0, output_1, ...: output_2 comes before output_10)."""
     model = model_of(data)
     if not model.SignatureDefsLength():
         return {"key": None, "inputs": [], "outputs": []}
     sig = model.SignatureDefs(0)
     return {"key": sig.SignatureKey().decode(),
             "inputs": [sig.Inputs(i).Name().decode() for i in range(sig.InputsLength())],
-            "outputs": [sig.Outputs(i).Name().decode() for i in range(sig.OutputsLength())]}
+            "outputs": sorted((sig.Outputs(i).Name().decode() for i in range(sig.OutputsLength())),
+                              key=lambda name: (len(name), name))}

@@ -20,7 +20,7 @@ from vitexport.core.usercode import raised
 OP_FAILURES = (re.compile(r"Lowering not found: (\S+)"), re.compile(r"failed to legalize operation '([^']+)'"),
                re.compile(r"'([\w.]+)' op .*(?:not supported|unsupported)", re.IGNORECASE),
                # a lowering that failed on the node torch.export gave it (a view of a dynamic batch)
-               re.compile(r"While executing %\w+ : .*?target=torch\.ops\.([\w.]+?)(?:\.default)?\]"))
+               re.compile(r"While executing %\w+ : .*?target=torch\.ops\.([\w.]+?)(?:\.default)?\]", re.DOTALL))
 
 
 def export_tflite(loaded, options: LiteRTOptions, out_path: Path) -> dict:
@@ -63,13 +63,28 @@ def _convert(loaded, options: LiteRTOptions, timings: dict) -> tuple[bytes, dict
     batch = 2 if options.dynamic_batch else loaded.input_shape[0]
     example = torch.randn((batch, *loaded.input_shape[1:]), generator=torch.Generator().manual_seed(0))
     shapes = ({0: torch.export.Dim("batch", min=1, max=options.check_max_batch)},) if options.dynamic_batch else None
-    with torch.no_grad(), export_mode():
-        edge = _stage("convert", timings, lambda: litert_torch.convert(loaded.model, (example,), dynamic_shapes=shapes))
-    data = bytes(edge.model_content())
+    try:
+        with torch.no_grad(), export_mode():
+            edge = _stage("convert", timings,
+                          lambda: litert_torch.convert(loaded.model, (example,), dynamic_shapes=shapes))
+        data = bytes(edge.model_content())
+    finally:
+        _forget_traced_nodes()
     info = {"converter": "litert-torch", "input_dtype": "float32", "trace_batch": batch,
             "max_batch": options.check_max_batch if options.dynamic_batch else None,
             "signature": flatbuffer.signature(data)}
     return data, info
+
+
+def _forget_traced_nodes() -> None:
+    """torch.export keeps the nodes of its last trace, and through them the model's weights, in a
+    module-level map until the next export: the check's runtime would load beside a second copy of a
+    model the export has let go. Emptied once the model is converted."""
+    from torch.fx.experimental import proxy_tensor
+
+    held = getattr(proxy_tensor, "_FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT", None)
+    if isinstance(held, dict):
+        held.clear()
 
 
 def _stage(name: str, timings: dict, fn):
@@ -89,7 +104,7 @@ def _stage(name: str, timings: dict, fn):
 def conversion_error(step: str, e: BaseException) -> VitexportError:
     text = raised(e)
     for pattern in OP_FAILURES:
-        found = pattern.search(text)
+        found = pattern.search(str(e))
         if found:
             return UnsupportedByRuntime(f"LiteRT cannot hold {found.group(1)}: litert-torch's {step} refused it "
                                         f"({text})")

@@ -1,11 +1,12 @@
 """LiteRT (TensorFlow Lite): a `.tflite` flatbuffer, the runtime Android apps ship (and ML Kit,
 MediaPipe, the Edge TPU, microcontrollers). litert-torch converts the PyTorch model without
-TensorFlow; ai-edge-quantizer makes fp16 weights, dynamic-range int8 and full-integer int8; each is
-checked here in LiteRT's interpreter with its XNNPACK delegate.
+TensorFlow; ai-edge-quantizer makes fp16 weights and int8 (dynamic range, static on the matrix
+products, full integer); each is checked here in LiteRT's interpreter with its XNNPACK delegate.
 
 options: flags and their rules. libs: importing the libraries. convert: PyTorch -> .tflite.
 quantize: the reduced precisions. flatbuffer: reading a .tflite's ops and signature. runner:
-running it. lint: what falls off XNNPACK and the GPU delegate.
+running it. lint: what falls off XNNPACK and the GPU delegate. device/runner.py: the check a
+linux, jetson or macos package runs on ai-edge-litert alone.
 """
 
 from __future__ import annotations

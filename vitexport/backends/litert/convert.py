@@ -32,7 +32,7 @@ def export_tflite(loaded, options: LiteRTOptions, out_path: Path) -> dict:
 
 def _export(loaded, options: LiteRTOptions, out_path: Path) -> dict:
     timings: dict[str, float] = {}
-    data, info = float_model(loaded, options, timings)
+    data, info = _convert(loaded, options, timings)
     if options.precision != "fp32":
         from vitexport.backends.litert.quantize import quantized
 
@@ -43,17 +43,8 @@ def _export(loaded, options: LiteRTOptions, out_path: Path) -> dict:
     return info
 
 
-def float_model(loaded, options: LiteRTOptions, timings: dict) -> tuple[bytes, dict]:
-    """The fp32 flatbuffer and its signature, converted once per model and batch layout (the reduced
-    precisions all start from it)."""
-    key = ("litert-float", options.dynamic_batch, options.check_max_batch if options.dynamic_batch else None)
-    if key not in loaded.memo:
-        loaded.memo[key] = _convert(loaded, options, timings)
-    data, info = loaded.memo[key]
-    return data, dict(info)
-
-
 def _convert(loaded, options: LiteRTOptions, timings: dict) -> tuple[bytes, dict]:
+    """The fp32 flatbuffer (every precision starts from it) and its facts."""
     import torch
 
     from vitexport.models.sources import export_mode

@@ -7,6 +7,7 @@ changed file, the converter's refusal of an op, the missing library and bad opti
 """
 
 import importlib.util
+import json
 import shutil
 import sys
 import textwrap
@@ -210,8 +211,6 @@ def test_an_op_the_converter_cannot_take_is_exit_3_naming_it(tmp_path):
 def test_a_linux_package_checks_itself_in_litert_and_its_report_is_judged(built, tmp_path):
     """The package's check runs where vitexport and torch cannot be imported (numpy and ai-edge-litert
     only), its report verifies here, and the same report with a changed output exits 4."""
-    import json
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
     from device_harness import copy_to_device, run_check
 
@@ -228,12 +227,21 @@ def test_a_linux_package_checks_itself_in_litert_and_its_report_is_judged(built,
     assert invoke("verify", "--device-report", device / "device-report.json", "--package", package).exit_code == 4
 
 
-def test_android_is_refused_until_its_check_exists():
-    from vitexport.backends.base import DeviceTarget
+@needs_litert
+def test_an_android_package_carries_the_kotlin_check_on_the_compiled_model_api(built, tmp_path):
+    """The Kotlin runner calls the model by its recorded signature names, on the accelerator the test is
+    given; a full-integer model (int8 input) is refused for Android, whose check feeds float32."""
     from vitexport.core.errors import UsageError
 
-    with pytest.raises(UsageError, match="--target linux"):
-        backends.get("litert").device_check(Path("m.tflite"), None, DeviceTarget("android", "kotlin", "an Android device"))
+    folder = Path(api.package(built("int8")["artifact"], "android", out_dir=tmp_path / "pkg")["package"])
+    runner = (folder / "LiteRTRunner.kt").read_text()
+    assert (folder / "DeviceCheckTest.kt").is_file()
+    assert "CompiledModel.create(model, CompiledModel.Options(accelerator))" in runner
+    settings = json.loads((folder / "manifest.json").read_text())["runner"]["settings"]
+    assert settings["signature"] == built("int8")["info"]["signature"]
+    full = api.export("litert", DEPTH1, LiteRTOptions(**FULL), tmp_path / "full", verify=False)["artifact"]
+    with pytest.raises(UsageError, match="full-integer"):
+        api.package(full, "android", out_dir=tmp_path / "pkg-full")
 
 
 # --- bad input and a missing library -----------------------------------------------------------------

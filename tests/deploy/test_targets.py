@@ -26,12 +26,16 @@ SUPPORTED = {
     "onnx": {"linux", "jetson", "macos"},
     "torchscript": {"linux", "jetson", "macos"},
     "openvino": {"linux", "jetson", "macos"},
-    "litert": {"linux", "jetson", "macos"},  # android: its Kotlin check is not written yet
+    "litert": {"linux", "jetson", "macos", "android"},
     "coreml": {"macos", "ios"},
     "executorch": {"linux", "jetson", "macos", "ios", "android"},
     "tensorrt": set(),  # needs the ONNX it was built from on disk: tests/backends/test_jetson_bundle.py
     "torch": set(),
 }
+
+
+# What a backend's sidecars always record and its checks read (a LiteRT model's signature names).
+RECORDED = {"litert": {"signature": {"key": "serving_default", "inputs": ["args_0"], "outputs": ["output_0"]}}}
 
 
 def record_for(name: str, **info) -> ArtifactRecord:
@@ -49,7 +53,7 @@ def test_every_backend_says_how_its_artifacts_are_checked_on_every_target(name, 
     be = backends.get(name)
     where = TARGETS[target]
     try:
-        check = be.device_check(tmp_path / f"model{be.suffix}", record_for(name), where)
+        check = be.device_check(tmp_path / f"model{be.suffix}", record_for(name, **RECORDED.get(name, {})), where)
     except UsageError as e:
         assert name not in SUPPORTED or target not in SUPPORTED[name], f"{name} -> {target}: {e}"
         assert "\n" not in str(e) and str(e)

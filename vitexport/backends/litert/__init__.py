@@ -74,20 +74,39 @@ class LiteRTBackend(Backend):
         return [b for b in super().check_batches(record, max_batch) if not bound or b <= bound]
 
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
-        """LiteRT's interpreter in Python (ai-edge-litert: Linux x86_64 and aarch64, macOS). The Android
-        check (Kotlin, the compiled-model API) is not written yet."""
+        """LiteRT's interpreter in Python (ai-edge-litert: Linux x86_64 and aarch64, macOS), or on Android
+        its compiled-model API in an instrumented test, on the CPU, GPU or NPU accelerator asked for."""
         from vitexport.core.errors import UsageError
 
-        if target.language != "python":
-            raise UsageError(f"a LiteRT model has no check for {target.device} here yet: package it with --target "
-                             "linux, jetson or macos (or an ExecuTorch program for Android)")
-        version = record.tools.get("ai-edge-litert", "<version>")
-        return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py", runtime="LiteRT",
-                           install=f"`pip install ai-edge-litert=={version} numpy` (the runtime alone; no converter)",
-                           settings={"file": path.name, "signature": record.info.get("signature"),
-                                     "output_names": list(record.output_names), "precision": record.precision},
-                           notes=("`python3 check.py --threads N` sets the interpreter's threads; the report says "
-                                  "whether XNNPACK took the model (litert-xnnpack).",))
+        settings = {"file": path.name, "signature": record.info.get("signature"),
+                    "output_names": list(record.output_names), "precision": record.precision}
+        if target.language == "python":
+            version = record.tools.get("ai-edge-litert", "<version>")
+            return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py", runtime="LiteRT",
+                               install=f"`pip install ai-edge-litert=={version} numpy` (the runtime alone; no "
+                                       "converter)", settings=settings,
+                               notes=("`python3 check.py --threads N` sets the interpreter's threads; the report "
+                                      "says whether XNNPACK took the model (litert-xnnpack).",))
+        if target.language != "kotlin":
+            raise UsageError(f"a LiteRT model has no check for {target.device} here: package it with --target "
+                             "linux, jetson, macos or android")
+        if record.options.get("quant") == "full" and record.precision == "int8":
+            raise UsageError("a full-integer model takes int8 input and the android check feeds float32: package "
+                             "it with --target linux, or an int8 model of --quant dynamic or static")
+        if not settings["signature"]:
+            raise UsageError("this model's sidecar records no signature, which the android check calls it by: "
+                             "export it again with this vitexport")
+        return DeviceCheck(runner=device_source(__name__, "LiteRTRunner.kt"), runner_name="LiteRTRunner.kt",
+                           runtime="LiteRT", settings=settings,
+                           install="In the app module's build.gradle.kts: `androidTestImplementation(\"com.google."
+                                   "ai.edge.litert:litert:2.1.0\")` (and `litert-gpu` for the GPU accelerator), "
+                                   "`androidTestImplementation(\"androidx.test.ext:junit:1.2.1\")`, "
+                                   "`androidTestImplementation(\"androidx.test:runner:1.6.2\")`, and "
+                                   "`testInstrumentationRunner = \"androidx.test.runner.AndroidJUnitRunner\"` in "
+                                   "defaultConfig.",
+                           notes=("`-Pandroid.testInstrumentationRunnerArguments.accelerator=gpu` (or npu) runs it on "
+                                  "that accelerator; the report's provider says which (litert-cpu, litert-gpu, "
+                                  "litert-npu).",))
 
     def lint(self, path: Path, record):
         from vitexport.backends.litert.lint import lint_tflite

@@ -78,10 +78,10 @@ class LiteRTBackend(Backend):
         its compiled-model API in an instrumented test, on the CPU, GPU or NPU accelerator asked for."""
         from vitexport.core.errors import UsageError
 
+        version = record.tools.get("ai-edge-litert", "<version>")  # the runtime it was checked in here
         settings = {"file": path.name, "signature": record.info.get("signature"),
                     "output_names": list(record.output_names), "precision": record.precision}
         if target.language == "python":
-            version = record.tools.get("ai-edge-litert", "<version>")
             return DeviceCheck(runner=device_source(__name__, "runner.py"), runner_name="runner.py", runtime="LiteRT",
                                install=f"`pip install ai-edge-litert=={version} numpy` (the runtime alone; no "
                                        "converter)", settings=settings,
@@ -99,7 +99,7 @@ class LiteRTBackend(Backend):
         return DeviceCheck(runner=device_source(__name__, "LiteRTRunner.kt"), runner_name="LiteRTRunner.kt",
                            runtime="LiteRT", settings=settings,
                            install="In the app module's build.gradle.kts: `androidTestImplementation(\"com.google."
-                                   "ai.edge.litert:litert:2.1.0\")` (and `litert-gpu` for the GPU accelerator), "
+                                   f"ai.edge.litert:litert:{version}\")` (and `litert-gpu` for the GPU accelerator), "
                                    "`androidTestImplementation(\"androidx.test.ext:junit:1.2.1\")`, "
                                    "`androidTestImplementation(\"androidx.test:runner:1.6.2\")`, and "
                                    "`testInstrumentationRunner = \"androidx.test.runner.AndroidJUnitRunner\"` in "

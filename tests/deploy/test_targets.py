@@ -175,6 +175,7 @@ def test_swift_and_kotlin_checks_read_the_fields_the_package_writes(onnx_package
     for f in ("manifest.json", "golden/golden.json"):
         keys(json.loads((onnx_package / f).read_text()))
     written |= {"image_input", "mean", "std", "delegate", "input_name", "channel_order"}  # other backends' runner settings
+    written |= {"signature", "key", "inputs"}  # a LiteRT model's signature (its key and its inputs' names)
     written |= {"passed", "reason"}  # the checks' own results
     for source in sources:
         text = source.read_text()

@@ -5,6 +5,7 @@ passes; a runtime that cannot run here offers nothing and says why."""
 import contextlib
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -471,7 +472,7 @@ def test_another_model_or_other_options_are_built_again(tmp_path, monkeypatch):
 
 
 def test_a_damaged_cache_entry_is_built_again_not_trusted(tmp_path, monkeypatch):
-    from vitexport.export.pipeline import intact
+    from vitexport.export.integrity import intact
 
     calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0})
     optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path)
@@ -545,3 +546,28 @@ def test_the_command_passes_check_all_and_no_cache_through(tmp_path, monkeypatch
     assert invoke("optimize", "--config", "tiny", "--out", tmp_path, "--json").exit_code == 0
     assert invoke("optimize", "--config", "tiny", "--out", tmp_path, "--check-all", "--no-cache", "--json").exit_code == 0
     assert [(kw["check_all"], kw["cache"]) for kw in asked] == [(False, True), (True, False)]
+
+
+def test_a_cache_entry_replaced_by_another_models_is_built_again_not_trusted(tmp_path, monkeypatch):
+    """The pick's entry replaced whole by another model's (its artifact and sidecar, the entry's record
+    and its check made to match): a reused verdict is trusted only once the artifact computes this
+    model's outputs, so the entry is built again and checked, and the pick is this model's."""
+    calls = three_candidates(monkeypatch, {"fp32": 30.0, "fp32-slim": 20.0, "int8-dynamic": 10.0})
+    optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path / "a")
+    other = SourceSpec("tiny", overrides={"depth": 1}, seed=1)  # other weights, same shapes and names
+    optimizing.optimize(other, only=["onnx"], out_dir=tmp_path / "b", seed=1)
+    mine, theirs = entries(tmp_path / "a")["int8-dynamic"], entries(tmp_path / "b")["int8-dynamic"]
+    for name in ("int8-dynamic.onnx", "int8-dynamic.onnx.json"):
+        shutil.copyfile(theirs / name, mine / name)
+    forged = sidecar.read(mine / "int8-dynamic.onnx").artifact_sha256
+    record = json.loads((mine / "entry.json").read_text())
+    (mine / "entry.json").write_text(json.dumps({**record, "artifact_sha256": forged}))
+    for check in mine.glob("check-*.json"):
+        check.write_text(json.dumps({**json.loads(check.read_text()), "artifact_sha256": forged}))
+    for kind in calls.values():
+        kind.clear()
+    result = optimizing.optimize(TINY, only=["onnx"], out_dir=tmp_path / "a", check_all=True)
+    assert "int8-dynamic" in calls["exported"] and "int8-dynamic" in calls["checked"]
+    row = {r["candidate"]: r for r in result["candidates"]}["int8-dynamic"]
+    assert row["artifact_sha256"] != forged and "did not compute this model" in row["cache_note"]
+    assert result["chosen"] == "int8-dynamic" and sidecar.read(Path(result["artifact"])).artifact_sha256 != forged

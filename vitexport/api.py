@@ -160,10 +160,10 @@ def optimize(spec: "SourceSpec | torch.nn.Module", *, input_shape: tuple[int, ..
 @_in_notebook("package")
 def package(artifact: str | Path, target: str, *, images: str | Path | None = None,
             out_dir: str | Path | None = None, trust_code: bool = False, allow_pickle: bool = False,
-            force: bool = False, progress: Any = None) -> dict[str, Any]:
+            force: bool = False, runtime_from: str | Path | None = None, progress: Any = None) -> dict[str, Any]:
     """A deploy package for `artifact` (`vitexport package`): the artifact, golden inputs and PyTorch's
-    outputs, and the check that proves it on the device `target` (linux, jetson, macos, ios, android);
-    return the `--json` result. An artifact exported from a model held in memory is packaged from its
+    outputs, and the check that proves it on the device `target` (linux, jetson, macos, ios, android, or
+    web: a page run by ONNX Runtime Web, whose copy `runtime_from` may name); return the `--json` result. An artifact exported from a model held in memory is packaged from its
     reference program. Raises ParityError for a damaged or failed artifact."""
     from vitexport.deploy.package import package as _package
 
@@ -171,6 +171,9 @@ def package(artifact: str | Path, target: str, *, images: str | Path | None = No
     _check("package", "target", target, str, "a device such as 'linux' or 'ios'")
     keywords = dict(images=images, trust_code=trust_code, allow_pickle=allow_pickle, force=force)
     _check_keywords("package", keywords)
+    if runtime_from is not None:
+        _check("package", "runtime_from", runtime_from, (str, Path), "ONNX Runtime Web's .tgz or folder (str or Path)")
+        keywords["runtime_from"] = runtime_from
     if out_dir is not None:
         _check("package", "out_dir", out_dir, (str, Path), "a folder (str or Path) or None")
     return _package(artifact, target, out_dir=out_dir, progress=progress, **keywords)

@@ -65,6 +65,11 @@ def check(result, arch: str, batches: list[int]) -> None:
     assert {c["output"] for c in parity["checks"]} == set(expected_outputs(arch))  # every output compared
     task = ARCHITECTURES[arch].task  # a depth map judged as one, never by top-1
     assert parity["task"] == task and (task == "classification" or parity["task_metrics"])
+    numbers = parity.get("task_metrics") or {}
+    if task == "embedding":  # both numbers, whatever the batch: a feature map's positions, or several feeds
+        assert all(v is not None for v in numbers.values()), numbers
+    if task == "detection":  # on any weights and input, PyTorch's top-k queries are compared
+        assert numbers["topk_agreement"] is not None, numbers
     record = sidecar.read(result["artifact"])
     assert record.output_names == expected_outputs(arch)
     assert record.source.kind == "hf" and len(record.source.weights_sha256) == 64

@@ -358,3 +358,41 @@ def test_what_neither_frontend_converts_is_named(tmp_path, monkeypatch):
     line = " ".join(result.stderr.split())
     assert ("its TorchScript frontend has no conversion rule for aten::made_up_op; from torch.export's program, "
             "has no conversion rule for aten::made_up_op") in line, result.stderr
+
+
+CTRL_C_IN_A_CALLBACK = """
+import os, signal, sys
+from openvino.frontend.pytorch.ts_decoder import TorchScriptPythonDecoder
+from vitexport import api
+from vitexport.models.sources import SourceSpec
+asked = TorchScriptPythonDecoder.get_op_type
+
+def get_op_type(self, *args):  # the C++ frontend asks the Python decoder about each node: Ctrl-C lands here
+    if not getattr(TorchScriptPythonDecoder, "fired", False):
+        TorchScriptPythonDecoder.fired = True
+        os.kill(os.getpid(), signal.SIGINT)
+    return asked(self, *args)
+
+TorchScriptPythonDecoder.get_op_type = get_op_type
+try:
+    api.export("openvino", SourceSpec("tiny", overrides={"depth": 1}), out_dir=sys.argv[1])
+except KeyboardInterrupt:
+    sys.exit(130)
+print("not interrupted")
+"""
+
+
+def test_ctrl_c_while_openvinos_frontend_calls_back_into_python_stops_the_export(tmp_path):
+    """A Ctrl-C raised inside a callback from OpenVINO's C++ frontend was taken by the frontend for a
+    failure of its own (the export went on through the other frontend and exited 0), or could abort
+    the process: it is held until the conversion returns, then stops the export, leaving nothing."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-c", CTRL_C_IN_A_CALLBACK, str(out)], capture_output=True, text=True,
+                         timeout=300, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert run.returncode == 130, run.stdout + run.stderr
+    assert "stopping after OpenVINO's conversion" in run.stderr
+    assert not out.exists() or not [p.name for p in out.iterdir() if p.name != ".vitexport.lock"]

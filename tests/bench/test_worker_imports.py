@@ -100,7 +100,8 @@ def test_which_rows_run_in_torch():
     targets = backends.bench_targets()
     job = {"kind": "model", "backend": "onnx", "module": backends.REGISTRY["onnx"]}
     assert [runs_torch({**job, "run": vars(targets[name].run)})
-            for name in ("onnxruntime", "onnxruntime-cuda", "onnxruntime-tensorrt")] == [False, True, True]
+            for name in ("onnxruntime", "onnxruntime-cuda", "onnxruntime-tensorrt", "onnxruntime-web",
+                         "onnxruntime-webgpu")] == [False, True, True, False, False]  # a browser needs no torch
     assert runs_torch({"kind": "reference"}) is False and runs_torch({"kind": "gemm", "library": "torch"}) is True
 
 

@@ -59,3 +59,49 @@ print(seen)
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["[True,", "False,", "False,", "False,", "True]"]
+
+
+def fresh(code: str) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter whose SIGINT is the default (the suite may run with it ignored)."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def test_a_signal_during_held_native_work_is_raised_when_it_returns():
+    """Inside `held` a Ctrl-C (or SIGTERM, under signals_raise) is noted and raised as the block ends,
+    so a native call that calls back into Python never has it raised inside; a second one raises at
+    once; a signal ignored on purpose stays ignored."""
+    code = """
+import signal
+from vitexport.core.termination import Terminated, held, signals_raise
+seen = []
+try:
+    with held("the step"):
+        signal.raise_signal(signal.SIGINT)
+        seen.append("went on")
+except KeyboardInterrupt:
+    seen.append("interrupted after")
+try:
+    with held():
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+        seen.append("not reached")
+except KeyboardInterrupt:
+    seen.append("twice: at once")
+with signals_raise():
+    try:
+        with held():
+            signal.raise_signal(signal.SIGTERM)
+            seen.append("went on")
+    except Terminated as e:
+        seen.append(e.args[0])
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+with held():
+    signal.raise_signal(signal.SIGINT)
+seen.append(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+print(seen)
+"""
+    run = fresh(code)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "['went on', 'interrupted after', 'twice: at once', 'went on', 'SIGTERM', True]"
+    assert "stopping after the step" in run.stderr

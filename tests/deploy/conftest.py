@@ -35,3 +35,25 @@ def labels_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("labels") / "classes.txt"
     path.write_text("".join(f"class {i}\n" for i in range(1000)))
     return path
+
+
+@pytest.fixture(scope="session")
+def ort_web(shared_artifacts) -> Path:
+    """A local copy of ONNX Runtime Web at the pinned release (laid out as the npm package): the one in
+    vitexport's cache, fetched with npm once per machine, never again by a later run. Where it cannot
+    be had the web tests skip and say why; VITEXPORT_REQUIRE_BROWSER (CI) makes that a failure."""
+    import os
+
+    from filelock import FileLock
+
+    from vitexport.backends.onnx import web
+    from vitexport.core.errors import VitexportError
+
+    with FileLock(str(shared_artifacts.root / "onnxruntime-web.lock")):  # one fetch for every worker
+        try:
+            _version, dist = web.locate()
+        except VitexportError as e:
+            if os.environ.get("VITEXPORT_REQUIRE_BROWSER"):
+                pytest.fail(f"VITEXPORT_REQUIRE_BROWSER is set but ONNX Runtime Web cannot be had: {e}")
+            pytest.skip(f"ONNX Runtime Web cannot be had here: {e}")
+    return dist.parent

@@ -302,6 +302,15 @@ def test_an_embedding_package_at_a_batch_of_one_judges_its_neighbours(tmp_path):
     assert judged.exit_code == 0, judged.stderr
     assert own["neighbour_agreement"] == 1.0
     assert json.loads(judged.stdout)["parity"]["task_metrics"] == pytest.approx(own)
+    # read as the device's row of a report, the numbers come along and the page shows them
+    from vitexport.deploy.joined import as_bench_report
+    from vitexport.report import html
+
+    joined = as_bench_report(device / "device-report.json", [folder])
+    (row,) = joined["results"]
+    assert row["verification"]["task"] == "embedding" and row["verification"]["task_metrics"] == pytest.approx(own)
+    across = html.devices_table(joined)
+    assert across.head[-1] == "task check" and across.rows[0].cells[-1][0].startswith("embedding: min row cosine")
 
 
 def test_a_detection_package_is_judged_on_its_boxes(tmp_path):

@@ -23,7 +23,7 @@ from vitexport.models.records import SourceRecord
 
 # Where each backend's artifacts can be packaged (a backend added later is checked for the contract only).
 SUPPORTED = {
-    "onnx": {"linux", "jetson", "macos"},
+    "onnx": {"linux", "jetson", "macos", "web"},
     "torchscript": {"linux", "jetson", "macos"},
     "openvino": {"linux", "jetson", "macos"},
     "litert": {"linux", "jetson", "macos", "android"},
@@ -49,9 +49,13 @@ def record_for(name: str, **info) -> ArtifactRecord:
 
 @pytest.mark.parametrize("target", list(TARGETS))
 @pytest.mark.parametrize("name", list(backends.REGISTRY))
-def test_every_backend_says_how_its_artifacts_are_checked_on_every_target(name, target, tmp_path):
+def test_every_backend_says_how_its_artifacts_are_checked_on_every_target(name, target, tmp_path, request,
+                                                                          monkeypatch):
     be = backends.get(name)
     where = TARGETS[target]
+    if where.language == "web" and name in SUPPORTED and target in SUPPORTED[name]:
+        monkeypatch.setenv("VITEXPORT_ONNXRUNTIME_WEB", str(request.getfixturevalue("ort_web")))
+        plain_onnx(tmp_path / f"model{be.suffix}")  # the page feeds what the graph's input takes
     try:
         check = be.device_check(tmp_path / f"model{be.suffix}", record_for(name, **RECORDED.get(name, {})), where)
     except UsageError as e:
@@ -72,9 +76,24 @@ def test_every_backend_says_how_its_artifacts_are_checked_on_every_target(name, 
     elif where.language == "swift":
         assert "func makeRunner(package: URL, settings: [String: Any], computeUnits: String)" in check.runner
         assert ": ArtifactRunner" in check.runner and check.runner_name.endswith(".swift")
+    elif where.language == "web":
+        assert "export async function openRunner(settings, options)" in check.runner
+        assert check.runner_name.endswith(".js") and check.settings["input_dtype"] == "float32"
+        assert check.settings["onnxruntime_web"] and check.extra is not None
     else:
         assert "fun makeRunner(packageDir: File, settings: JSONObject): ArtifactRunner" in check.runner
         assert "package org.vitexport.devicecheck" in check.runner and check.runner_name.endswith(".kt")
+
+
+def plain_onnx(path) -> None:
+    """A one-node ONNX graph taking `pixel_values` as float32."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, [1, 3, 32, 32])
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3, 32, 32])
+    graph = helper.make_graph([helper.make_node("Identity", ["pixel_values"], ["logits"])], "g", [x], [y])
+    onnx.save(helper.make_model(graph), str(path))
 
 
 def what_package_says(check: DeviceCheck, target: str) -> str:
@@ -335,3 +354,10 @@ def test_a_bgr_models_image_is_handed_to_core_ml_as_the_rgb_image_it_was(hf_dir,
     device = copy_to_device(folder, tmp_path)
     run = run_check(device, path=(str(fake_coreml(tmp_path)),), env={"FAKE_COREML_LOG": str(tmp_path / "units")})
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("name", ["torchscript", "openvino", "executorch"])
+def test_what_cannot_run_in_a_browser_points_to_the_onnx_export(name, tmp_path):
+    be = backends.get(name)
+    with pytest.raises(UsageError, match="ONNX export for --target web"):
+        be.device_check(tmp_path / f"model{be.suffix}", record_for(name), TARGETS["web"])

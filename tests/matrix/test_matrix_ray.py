@@ -89,7 +89,7 @@ def test_exports_that_read_local_files_run_on_this_machines_node(cluster, first)
 def test_artifacts_arrive_by_content(first):
     from vitexport import backends
     from vitexport.export import sidecar
-    from vitexport.export.pipeline import integrity_problem
+    from vitexport.export.integrity import integrity_problem
 
     plan, out, merged = first
     for cell in merged["matrix"]["cells"]:

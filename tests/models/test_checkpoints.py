@@ -123,3 +123,24 @@ def test_torchvision_vit_b_16_from_its_released_layout_matches_pytorch(tmp_path)
                                       str(tmp_path / "out"), "--json"])
     assert result.exit_code == 0, result.stderr
     assert '"passed": true' in result.stdout
+
+
+def test_a_checkpoint_that_inflates_far_beyond_its_size_is_refused_before_torch_reads_it(tmp_path):
+    """A zip checkpoint whose tensor entry is a few compressed bytes declaring 64 MB (a real bomb
+    declares gigabytes): refused from the sizes the archive declares, exit 2, before torch.load."""
+    import zipfile
+
+    from vitexport.core.errors import SourceError
+
+    path = tmp_path / "bomb.pt"
+    torch.save({"w": torch.zeros(4)}, path)
+    with zipfile.ZipFile(path) as z:
+        entries = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+    with zipfile.ZipFile(path, "w") as w:
+        for name, data in entries:
+            big = name.endswith("/data/0")
+            w.writestr(name, bytes(64 * 2**20) if big else data,
+                       compress_type=zipfile.ZIP_DEFLATED if big else zipfile.ZIP_STORED)
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(SourceError, match=r"weights file bomb.pt: its entry .*data/0 inflates [\d,]+ bytes to 67,108,864"):
+        load_weights(model, path, allow_pickle=False)

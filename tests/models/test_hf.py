@@ -267,7 +267,7 @@ HF_BAD = [
     (lambda f: (f / "config.json").write_text("{broken"), [], "config.json: it is not readable JSON"),
     (lambda f: (f / "config.json").unlink(), [], "no config.json"),
     (lambda f: (f / "model.safetensors").rename(f / "pytorch_model.bin"), [], "has no model.safetensors"),
-    (lambda f: (f / "model.safetensors").write_bytes(b"garbage"), [], "transformers could not load it"),
+    (lambda f: (f / "model.safetensors").write_bytes(b"garbage"), [], "model.safetensors is not a safetensors file"),
     (set_config("architectures", ["ViTModel"]), [], "does not fit ViTModel; missing: pooler.dense.bias"),
     (set_config("image_processor_type", "ConvNextImageProcessor", "preprocessor_config.json"), [],
      "image processor ConvNextImageProcessor is not one vitexport reproduces"),
@@ -283,6 +283,9 @@ HF_BAD = [
     (processor_file(image_processor_type="DetrImageProcessor", size={"height": 32, "width": 32},
                     pad_size={"height": 48, "width": 48}), [],
      "DetrImageProcessor pads images (do_pad), which vitexport does not reproduce: save it at one size"),
+    # what a config asks for is known before anything is built: absurd depth, far more than the weights hold
+    (set_config("num_hidden_layers", 100_000), [], "config.json asks for 100,000 layers (num_hidden_layers)"),
+    (set_config("hidden_size", 8192), [], "parameters and the weights hold"),
     (None, ["--weights", "model.safetensors"], "--weights does not apply to hf: models"),
     (None, ["--input-shape", "1,3,64,64"], "only the batch can change"),
 ]
@@ -334,3 +337,17 @@ def test_sharded_checkpoints_are_hashed_shard_by_shard(hf_dir, tmp_path):
     assert not (folder / "model.safetensors").exists() and len(list(folder.glob("model-*.safetensors"))) > 1
     loaded = load(SourceSpec(f"hf:{folder}"))
     assert loaded.weights_sha256 == weights_identity(str(folder))[1] and "shards" in loaded.weights_file
+
+
+def test_a_model_that_fits_its_weights_but_not_this_machine_is_its_limit(hf_dir, monkeypatch):
+    """Counted on the meta device before any weight exists: more than this machine's memory is exit 3,
+    naming what it needs and what there is."""
+    from vitexport.core import environment
+    from vitexport.core.errors import TooLargeHere
+    from vitexport.models.sources import load
+
+    monkeypatch.setattr(environment, "total_memory_bytes", lambda: 64 * 2**10)
+    with pytest.raises(TooLargeHere, match=r"float32 parameters, held about 3 times while exporting, need [\d.]+ GB; "
+                                           r"this machine has 6.55e-05 GB") as refused:
+        load(SourceSpec(f"hf:{hf_dir('ViTForImageClassification')}"))
+    assert refused.value.exit_code == 3

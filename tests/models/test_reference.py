@@ -188,3 +188,38 @@ def _zip(path, entries):
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as w:
         for name, data in entries.items():
             w.writestr(name, data)
+
+
+def _rewritten(path, change) -> None:
+    """The archive at `path` with `change(name, data) -> (data, compression)` applied to each entry."""
+    with zipfile.ZipFile(path) as z:
+        entries = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+    with zipfile.ZipFile(path, "w") as w:
+        for name, data in entries:
+            data, compression = change(name, data)
+            w.writestr(name, data, compress_type=compression)
+
+
+def test_an_archive_bomb_is_refused_from_its_declared_sizes(tmp_path):
+    """An entry whose few compressed bytes inflate to 64 MB (in a real bomb, to 6 GiB): refused by the
+    sizes the archive declares, before any entry is read, in one line and exit 2."""
+    path, _ = _write(tmp_path)
+    _rewritten(path, lambda name, data: (bytes(64 * 2**20), zipfile.ZIP_DEFLATED) if name.endswith("weight_0")
+               else (data, zipfile.ZIP_STORED))
+    with pytest.raises(SourceError, match=r"inflates [\d,]+ bytes to 67,108,864; torch stores its archives uncompressed"):
+        reference.read(path)
+
+
+def test_a_program_larger_than_the_machine_or_a_record_larger_than_any_ours_is_refused(tmp_path, monkeypatch):
+    from vitexport.core import environment
+    from vitexport.core.errors import TooLargeHere
+
+    path, _ = _write(tmp_path)
+    monkeypatch.setattr(environment, "total_memory_bytes", lambda: 4096)
+    with pytest.raises(TooLargeHere, match=r"holds [\d.e-]+ GB; this machine has 4.1e-06 GB") as refused:
+        reference.read(path)
+    assert refused.value.exit_code == 3
+    monkeypatch.setattr(environment, "total_memory_bytes", lambda: 2**40)
+    monkeypatch.setattr(reference, "MAX_RECORD_BYTES", 1024)
+    with pytest.raises(SourceError, match="its record declares [\\d,]+ bytes, above 1,024"):
+        reference.read(path)

@@ -198,3 +198,40 @@ def test_bad_input_shape_text(text):
 def test_spec_round_trips_through_dict():
     spec = SourceSpec("tiny", overrides={"image_size": (32, 48)}, input_shape=None, seed=4)
     assert SourceSpec.from_dict(pickle.loads(pickle.dumps(spec.to_dict()))) == spec
+
+
+@pytest.mark.parametrize("shape,code,said", [
+    ((1, 3, 100_000, 100_000), 2, "input_shape H=100000 is above 16384; is it a typo?"),
+    ((1, 3, 16384, 16384), 3, "a check's inputs alone need 51.5 GB at batch 8; this machine has"),
+])
+def test_an_input_larger_than_the_machine_is_refused_before_it_is_made(tmp_path, monkeypatch, shape, code, said):
+    """A module's own input_shape is read as --input-shape is: an absurd axis is a typo (exit 2), and
+    inputs that cannot fit this machine are its limit (exit 3), before any tensor exists."""
+    from vitexport.core.errors import VitexportError
+    from vitexport.models import sources
+
+    monkeypatch.setattr(sources, "total_memory_bytes", lambda: 24 * 2**30)  # a machine of 24 GiB, whatever this is
+    (tmp_path / "script.py").write_text(FACTORY.format(extra=f"    m.input_shape = {shape!r}\n"))
+    with pytest.raises(VitexportError) as refused:
+        load(SourceSpec(f"{tmp_path / 'script.py'}:make"))
+    assert refused.value.exit_code == code and said in str(refused.value), str(refused.value)
+
+
+def test_an_allocation_that_fails_anyway_is_one_line_and_exit_3(tmp_path, monkeypatch):
+    """Where no estimate refused it first (a reference program that allocates when run), the
+    allocator's refusal is one line naming it and exit 3, never an internal error."""
+    from typer.testing import CliRunner
+
+    from vitexport.cli.app import app
+    from vitexport.models import sources
+
+    def greedy(spec):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 171798691840 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr(sources, "load", greedy)
+    result = CliRunner().invoke(app, ["onnx", "--config", "tiny", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 3, result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    assert "out of memory: [enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory" \
+        in " ".join(result.stderr.split()) and "this machine is the limit" in result.stderr

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitexport.backends.base import Artifact, Availability, Backend, ExportOptions, Runner, RunOptions
+from vitexport.backends.base import (Artifact, Availability, Backend, ExportOptions, Runner, RunOptions,
+                                     output_names)
 from vitexport.core.options import option
 
 
@@ -61,7 +62,7 @@ class Pt2Backend(Backend):
         program = torch.export.export(loaded.model, (example,), dynamic_shapes=(dims,) if dims else None,
                                       strict=options.strict)
         torch.export.save(program, str(out_path))
-        return Artifact(out_path, self.name, input_names=[options.input_name], output_names=[options.output_name],
+        return Artifact(out_path, self.name, input_names=[options.input_name], output_names=output_names(loaded, options),
                         dynamic_batch=options.dynamic_batch, info={"strict": options.strict})
 
     def load(self, path, record, run: RunOptions = RunOptions()) -> Pt2Runner:

@@ -339,3 +339,40 @@ def test_no_report_field_becomes_markup(kind, tmp_path):
                 if name.startswith("on") or name == "data-pwned"]
     assert set(handlers) <= {("form", "onsubmit")}, handlers
 
+
+
+DEPTH = {"task": "depth", "task_metrics": {"abs_rel": 0.0021, "delta1": 0.998}, "task_judged_on": ["abs_rel", "delta1"]}
+
+
+def test_a_depth_models_rows_and_cells_show_its_depth_numbers_not_top1():
+    """A non-classifier is judged on its task's numbers: the rows table gets a task-check column with
+    them and the gate of the row's precision, a matrix cell's details name them instead of top-1, and a
+    classifier's page has no such column."""
+    rows = [checked(result("torch", 1, 30.0), "reference"),
+            {**checked(result("onnxruntime", 1, 12.0, precision="fp16"), "verified", 0.9999)}]
+    rows[1]["verification"].update(DEPTH)
+    text = html.render([("bench.json", make_report(rows))])
+    assert '<th scope="col" aria-sort="none" class="prose"><button type="button">task check</button>' in text
+    assert "depth: abs rel 0.0021, delta1 0.998; gate abs rel &lt;= 0.01, delta1 &gt;= 0.99" in text
+    assert "task check" not in html.render([("bench.json", bench_report({"onnxruntime-fp32": 9.0}))])
+    matrix = matrix_report(3)
+    for cell in matrix["matrix"]["cells"]:
+        cell["parity"].update(DEPTH)
+    row = re.search(r'<tr id="cell-c1".*?</tr>', html.render([("matrix.json", matrix)]), re.S).group(0)
+    assert "task: depth: abs rel 0.0021" in row and "top-1" not in row
+
+
+def test_a_bench_rows_brief_keeps_a_non_classifiers_task_numbers():
+    from vitexport.bench.run import verification_brief
+    from vitexport.export.sidecar import ArtifactRecord
+    from vitexport.verify.parity import ParityReport, Tolerance
+
+    record = ArtifactRecord.__new__(ArtifactRecord)
+    parity = ParityReport(passed=True, precision="fp16", tolerance=Tolerance(1e-2, 1e-2, 0.999), task="depth",
+                          task_metrics=dict(DEPTH["task_metrics"]), task_judged_on=["abs_rel", "delta1"])
+    object.__setattr__(record, "parity", parity)
+    object.__setattr__(record, "status", "verified")
+    brief = verification_brief(record, True)
+    assert brief["task"] == "depth" and brief["task_metrics"] == DEPTH["task_metrics"]
+    parity.task = "classification"
+    assert "task" not in verification_brief(record, True)

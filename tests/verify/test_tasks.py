@@ -213,6 +213,8 @@ def test_output_name_names_a_lone_output_of_any_task(tmp_path):
     spec = api.SourceSpec(f"{ROOT / 'tests' / 'task_models.py'}:depth")
     result = api.export("onnx", spec, OnnxOptions(output_name="inverse_depth"), tmp_path)
     assert [c["output"] for c in result["parity"]["checks"]] == ["inverse_depth"]
+    asked = api.export("onnx", spec, OnnxOptions(output_name="logits"), tmp_path)  # asked for, even the classifier's
+    assert [c["output"] for c in asked["parity"]["checks"]] == ["logits"]
     assert api.export("onnx", api.SourceSpec("tiny", overrides={"depth": 1}), out_dir=tmp_path)["parity"][
         "checks"][0]["output"] == "logits"
 

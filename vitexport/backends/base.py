@@ -54,14 +54,15 @@ class ExportOptions:
     max_batch: int | None = option(None, "Largest batch a dynamic-batch artifact is built for and checked at "
                                          f"(default {DEFAULT_MAX_BATCH}).", minimum=1, maximum=4096)
     input_name: str = option("pixel_values", "Name of the model input.")
-    output_name: str = option("logits", "Name of the model output. Left at logits, a model that does not "
-                                        "classify names its lone output for what it holds (depth, alpha, "
-                                        "embedding).")
+    output_name: str | None = option(None, "Name of the model output. By default what it holds: logits for a "
+                                               "classifier or a segmenter, depth, alpha or embedding.")
 
     def validate(self) -> None:
         """Raise UsageError naming the flag for anything no export could honour."""
         check_fields(self)
         for flag, name in (("--input-name", self.input_name), ("--output-name", self.output_name)):
+            if name is None and flag == "--output-name":
+                continue  # named by the task (output_names)
             if not name or not name.isprintable() or name != name.strip():
                 raise UsageError(f"{flag} must be a non-empty name without control characters, got {name!r}")
         if self.input_name == self.output_name:
@@ -120,11 +121,13 @@ class Candidate:
 @dataclass(frozen=True)
 class DeviceTarget:
     """Where a deploy package goes (`vitexport package --target NAME`) and what its check is written in:
-    "python" (check.py), "swift" (an XCTest) or "kotlin" (an Android instrumented test)."""
+    "python" (check.py), "swift" (an XCTest), "kotlin" (an Android instrumented test) or "web" (a page
+    driven in a browser by check.py)."""
 
-    name: str  # "linux", "jetson", "macos", "ios", "android"
+    name: str  # "linux", "jetson", "macos", "ios", "android", "web"
     language: str
     device: str  # in words, for messages and READMEs: "an iPhone or iPad"
+    runtime_from: str | None = None  # a copy of the runtime the package carries (web: ONNX Runtime Web), if given
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,10 @@ class DeviceCheck:
       there: the check exits 3.
     - swift (ios): defines `makeRunner(package:settings:computeUnits:) async throws -> ArtifactRunner`.
     - kotlin (android): defines `fun makeRunner(packageDir: File, settings: JSONObject): ArtifactRunner`.
+    - web: an ES module for the page, exporting `openRunner(settings, options)` (options: `ep`,
+      `threads`) that resolves to an object with `facts`, `async run(data, dims)` resolving to
+      `{outputs: [Float32Array], shapes}` (the package's order) and `async close()`; it throws an Error whose `unavailable` is true when the runtime or the execution
+      provider asked for cannot start in this browser (the check exits 3).
 
     `settings` is what the runner reads from manifest.json (`runner.settings`): file names, input
     dtype, anything the backend recorded that running needs. `files` are what the package carries for
@@ -171,11 +178,11 @@ def device_source(package: str, name: str) -> str:
 
 def output_names(loaded: "LoadedModel", options: ExportOptions) -> list[str]:
     """The names an artifact gives the model's outputs: the model's own when it has several
-    (a headless transformer's last_hidden_state and pooler_output), else --output-name, whose
-    default becomes what the output holds for a model that does not classify (`depth`)."""
+    (a headless transformer's last_hidden_state and pooler_output), else --output-name, given or by
+    default what the output holds (`logits` for a classifier, `depth` for a depth map)."""
     if loaded.output_names:
         return list(loaded.output_names)
-    return [loaded.lone_output_name if options.output_name == "logits" else options.output_name]
+    return [options.output_name or loaded.lone_output_name]
 
 
 @dataclass

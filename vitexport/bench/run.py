@@ -181,7 +181,7 @@ def load_bench_baseline(path: Path) -> dict:
 
 def check_intact(path: Path) -> None:
     """The artifact's files are the ones its sidecar describes, as `verify` checks them (exit 4)."""
-    from vitexport.export.pipeline import damaged, integrity_problem
+    from vitexport.export.integrity import damaged, integrity_problem
 
     record = sidecar.read(path)
     problem = integrity_problem(backends.get(record.backend), path, record)
@@ -371,6 +371,8 @@ def sources_for(spec, targets: list[BenchTarget], batches: list[int], artifacts,
 def verification_brief(record: ArtifactRecord | None, is_artifact: bool) -> dict[str, Any]:
     """How the row's artifact was checked against PyTorch, from its sidecar: what the HTML report
     charts against latency. A PyTorch row is the reference itself."""
+    from vitexport.verify.tasks import task_brief
+
     if not is_artifact:
         return {"status": "reference"}
     parity = record.parity if record is not None else None
@@ -379,7 +381,7 @@ def verification_brief(record: ArtifactRecord | None, is_artifact: bool) -> dict
     accuracy = (images.accuracy or {}).get("candidate") if images is not None else None
     return {"status": record.status if record is not None else "unverified",
             "cosine_similarity": summary.get("cosine_similarity"), "max_abs_error": summary.get("max_abs_error"),
-            "accuracy": accuracy}
+            "accuracy": accuracy, **task_brief(parity.to_dict() if parity is not None else None)}
 
 
 def size_of(path: Path, record: ArtifactRecord) -> int:

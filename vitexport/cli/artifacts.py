@@ -135,8 +135,8 @@ def package(artifact: Annotated[Path, typer.Argument(help="An artifact written b
                                 INPUT],
             target: Annotated[str, typer.Option(
                 "--target", "-t", help="Where the artifact will run: linux, jetson, macos (a Python check), ios (an "
-                                       "XCTest) or "
-                                       "android (an instrumented test).")],
+                                       "XCTest), android (an instrumented test) or web (a page run by ONNX "
+                                       "Runtime Web, checked in a headless Chromium).")],
             images: Annotated[Optional[Path], typer.Option(
                 "--images", help="Images to check on, carried among the golden inputs, preprocessed as the check "
                                  "must."), INPUT] = None,
@@ -146,6 +146,10 @@ def package(artifact: Annotated[Path, typer.Argument(help="An artifact written b
             as_json: JsonOpt = False, trust_code: TrustOpt = False, allow_pickle: PickleOpt = False,
             force: Annotated[bool, typer.Option(
                 "--force", help="Replace a file or folder of the output's name that vitexport did not write.")] = False,
+            runtime_from: Annotated[Optional[Path], typer.Option(
+                "--runtime-from", help="--target web: the ONNX Runtime Web to carry, the .tgz of `npm pack "
+                                       "onnxruntime-web` or its folder (default: the pinned release, fetched once "
+                                       "with npm into the cache; also VITEXPORT_ONNXRUNTIME_WEB)."), INPUT] = None,
             quiet: QuietOpt = False) -> None:
     """Write a deploy package: the artifact, golden inputs with PyTorch's outputs, and a check that proves
     it on the device (judge its report with `vitexport verify --device-report`)."""
@@ -154,7 +158,7 @@ def package(artifact: Annotated[Path, typer.Argument(help="An artifact written b
 
     with stdout_to_stderr(as_json), progress_for(quiet, as_json) as progress:
         result = write(artifact, target, images=images, out_dir=out, trust_code=trust_code, allow_pickle=allow_pickle,
-                       force=force, progress=progress)
+                       force=force, runtime_from=runtime_from, progress=progress)
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return

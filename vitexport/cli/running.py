@@ -66,8 +66,14 @@ def handle_errors(fn: Callable) -> Callable:
         except typer.Exit:
             raise
         except Exception as e:  # a bug, not bad input: one line unless asked for the traceback
+            from vitexport.core.errors import out_of_memory
             from vitexport.core.writer import disk_error
 
+            memory = out_of_memory(e)
+            if memory:  # an allocation this machine could not make, where no estimate refused it first
+                stderr_console().print(f"[red]error:[/red] {escape(memory)}; this machine is the limit",
+                                       highlight=False, soft_wrap=True)
+                raise typer.Exit(ExitCode.UNAVAILABLE)
             full = disk_error(e) if isinstance(e, OSError) else None
             if full:  # a full disk under a library's own writer (torch.save, say): the disk, not a bug
                 stderr_console().print(f"[red]error:[/red] {escape(full)}", highlight=False, soft_wrap=True)

@@ -75,11 +75,31 @@ def import_optional(module: str, needed_by: str, extra: str | None = None):
     """`module`, or MissingLibrary saying who needs it and the `vitexport[extra]` that brings it."""
     import importlib
 
+    from vitexport.core import termination
+
     try:
-        return importlib.import_module(module)
+        with termination.held(f"loading {module}"):  # a Ctrl-C inside a library's import can be swallowed
+            return importlib.import_module(module)
     except ImportError:
         how = f"pip install 'vitexport[{extra}]'" if extra else f"install the package that provides {module}"
         raise MissingLibrary(f"{needed_by} need {module}, which is not installed here: {how}") from None
+
+
+class TooLargeHere(BackendUnavailable):
+    """A well-formed model or input that needs more memory than this machine has: the machine is the
+    limit (exit 3), refused before the allocation, naming what it needs and what there is. A file or
+    argument that asks for an absurd amount (a typo, an archive bomb) is bad input instead (exit 2)."""
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """The allocator's refusal in one line, where `error` is one (MemoryError, torch's "can't allocate
+    memory" or "out of memory"); None for any other error."""
+    text = str(error)
+    if isinstance(error, MemoryError) or (isinstance(error, RuntimeError) and (
+            "can't allocate memory" in text or "DefaultCPUAllocator" in text or "out of memory" in text.lower())):
+        first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
+        return f"out of memory: {first}"
+    return None
 
 
 class ExportError(VitexportError):

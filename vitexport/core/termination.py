@@ -3,7 +3,12 @@ closed terminals send SIGTERM or SIGHUP rather than SIGINT; each becomes an exce
 main thread, so every `finally` and context manager runs (staging folders are removed, worker
 processes are killed) and the CLI exits with the conventional 128 + signal number.
 
-Only the first signal raises: later ones, while that cleanup runs, are ignored so it can finish."""
+Only the first signal raises: later ones, while that cleanup runs, are ignored so it can finish.
+
+Native code that calls back into Python (OpenVINO's PyTorch frontend asks a Python decoder about
+every node) must not have an exception raised inside a callback: the library turns it into an error
+of its own, or catches it, and the interruption is lost or the process aborts. Around such a call
+(`held`) a signal is only noted, and raised once the call returns."""
 
 from __future__ import annotations
 
@@ -81,6 +86,47 @@ def signals_raise():
         _active -= counted
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def held(what: str = "this step"):
+    """Within this block a termination signal is noted, not raised, and raised as the block ends (see
+    the module's note): the work stops when the native call returns. A second one raises at once."""
+    import sys
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only; there is nothing to hold here
+        return
+    noted: list[int] = []
+    previous = {}
+
+    def note(signum: int, frame) -> None:
+        if noted:  # asked twice: stop now, as if nothing were held
+            _restore(previous)
+            signal.raise_signal(signum)
+            return
+        noted.append(signum)
+        print(f"stopping after {what} (again to stop at once)", file=sys.stderr, flush=True)
+
+    for sig in caught():
+        try:
+            if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+                previous[sig] = signal.signal(sig, note)
+        except (OSError, ValueError):
+            pass
+    try:
+        yield
+    finally:
+        _restore(previous)
+        if noted:
+            signal.raise_signal(noted[0])  # delivered to the handler restored above: it raises here
+
+
+def _restore(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+    previous.clear()
 
 
 def exit_code(error: BaseException) -> int:

@@ -11,7 +11,8 @@ timings against an earlier report's by bench's rule for a stored report.
 
 How a backend's artifact is run there is the backend's to say (`Backend.device_check`); the check
 programs that call it live in device/ (check.py for linux, jetson and macos, an XCTest for ios, an
-instrumented test for android) and are copied into each package as they are.
+instrumented test for android; in device/web/, a page and the check.py that drives it in a browser)
+and are copied into each package as they are.
 
 manifest: the manifest and which folders are packages. golden: golden inputs and outputs.
 describe: preprocessing.json and the README. build: writing a package atomically. package: a package
@@ -32,6 +33,7 @@ TARGETS: dict[str, DeviceTarget] = {
     "macos": DeviceTarget("macos", "python", "a Mac"),
     "ios": DeviceTarget("ios", "swift", "an iPhone or iPad"),
     "android": DeviceTarget("android", "kotlin", "an Android phone"),
+    "web": DeviceTarget("web", "web", "a web browser"),
 }
 
 

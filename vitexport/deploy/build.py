@@ -24,13 +24,16 @@ if TYPE_CHECKING:
     from vitexport.models.sources import LoadedModel
 
 # The check programs each target's package carries, beside the backend's runner (vitexport/deploy/device/).
-PROGRAMS = {"python": ("check.py", "devicetiming.py"), "swift": ("DeviceCheckTests.swift",), "kotlin": ("DeviceCheckTest.kt",)}
+PROGRAMS = {"python": ("check.py", "devicetiming.py"), "swift": ("DeviceCheckTests.swift",), "kotlin": ("DeviceCheckTest.kt",),
+            "web": ("check.py", "index.html", "page.js")}
+# Where a language's programs are, under vitexport/deploy/device/ (the web's check.py is not the Python one).
+SOURCES = {"web": "web"}
 # Modules of vitexport a check imports, carried as they are (from vitexport/core/): the device computes
 # its latencies with bench's own statistics, loads cold as bench does, and judges its outputs by the
 # task's numbers and gates the export was judged by.
-CARRIED = {"python": ("roundstats.py", "pagecache.py", "taskmeasures.py")}
+CARRIED = {"python": ("roundstats.py", "pagecache.py", "taskmeasures.py"), "web": ("browser.py",)}
 RUN = {"python": "python3 check.py", "swift": "xcodebuild test (DeviceCheckTests)",
-       "kotlin": "./gradlew connectedAndroidTest (DeviceCheckTest)"}
+       "kotlin": "./gradlew connectedAndroidTest (DeviceCheckTest)", "web": "python3 check.py --ep wasm|webgpu"}
 RESERVED = {"manifest.json", "preprocessing.json", "README.md", "golden", "device-report.json"}
 
 
@@ -74,7 +77,7 @@ def write_package(folder: Path, be: "Backend", path: Path, record: "ArtifactReco
         if check.extra is not None:
             check.extra(pkg)
         for name in PROGRAMS[target.language]:
-            writer.fill(pkg / name, check_program(name))
+            writer.fill(pkg / name, check_program(name, SOURCES.get(target.language)))
         for name in CARRIED.get(target.language, ()):
             writer.fill(pkg / name, carried_module(name))
         writer.fill(pkg / check.runner_name, check.runner)
@@ -106,10 +109,11 @@ def default_files(be: "Backend", path: Path, record: "ArtifactRecord") -> list[P
     return [Path(path), *be.files(path, record), sidecar.path_for(path)]
 
 
-def check_program(name: str) -> str:
+def check_program(name: str, folder: str | None = None) -> str:
     from importlib import resources
 
-    return resources.files(__package__).joinpath("device", name).read_text(encoding="utf-8")
+    where = resources.files(__package__).joinpath("device")
+    return (where.joinpath(folder) if folder else where).joinpath(name).read_text(encoding="utf-8")
 
 
 def carried_module(name: str) -> bytes:

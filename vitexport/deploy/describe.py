@@ -168,7 +168,27 @@ def _kotlin(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[s
             "compile or run them (no Android toolchain there).", ""]
 
 
-HOW = {"python": _python, "swift": _swift, "kotlin": _kotlin}
+def _web(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[str]:
+    version = check.settings.get("onnxruntime_web", "")
+    return ["## Run the check (a page in a browser)", "",
+            f"1. {sentence(check.install)}",
+            "2. Run `python3 check.py` in the folder (`--ep webgpu` for WebGPU; `--browser PATH` for another "
+            "Chromium or Chrome; `--help` lists the options). It verifies every file against `manifest.json`, "
+            "serves the folder on 127.0.0.1 with the cross-origin isolation headers WebAssembly threads need, opens "
+            "`index.html` in a headless browser, waits for the page's verdict and writes `device-report.json`. Exit "
+            "0: every output matches PyTorch; 4: a file differs from `manifest.json` or an output is out of "
+            "tolerance; 3: no browser, or no WebGPU adapter in it.",
+            f"3. The page runs the golden inputs with ONNX Runtime Web {version} from `ort/` (nothing from a CDN: it "
+            "runs with the network off), times each case as `vitexport bench` does (a warm-up, then rounds within "
+            "`--budget-s`, p50/p90/p99 and the spread of the round medians), and records the WebGPU adapter (a "
+            "software one, such as SwiftShader, is marked as such: its speed is a CPU's).",
+            "4. In a browser of your own: `python3 check.py --serve`, open the address it prints (add `?ep=webgpu` "
+            "for WebGPU); the page shows the verdict and saves the report (any server works that sends "
+            "`Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`; without "
+            "them WebAssembly runs on one thread).", ""]
+
+
+HOW = {"python": _python, "swift": _swift, "kotlin": _kotlin, "web": _web}
 
 
 def sentence(text: str) -> str:

@@ -151,6 +151,8 @@ def _case_per_batch(report: dict) -> dict[int, dict]:
 
 
 def _row(report: dict, verdict: dict, batch: int, case: dict, timings: dict, conditions: dict | None) -> dict:
+    from vitexport.verify.tasks import task_brief
+
     facts, package, artifact = report["device"], report["package"], verdict["artifact"]
     parity = verdict["parity"]
     runtime = " ".join(str(facts[k]) for k in ("runtime",) if facts.get(k)) or None
@@ -163,7 +165,8 @@ def _row(report: dict, verdict: dict, batch: int, case: dict, timings: dict, con
         or None,
         "verification": {"status": {devices.VERIFIED: "verified", devices.FAILED: "FAILED"}.get(
             verdict["verdict"], "unverified"),
-            **{k: parity[k] for k in ("cosine_similarity", "max_abs_error") if _number(parity.get(k)) is not None}},
+            **{k: parity[k] for k in ("cosine_similarity", "max_abs_error") if _number(parity.get(k)) is not None},
+            **task_brief(parity)},
         "device_check": {"verdict": verdict["verdict"], "reason": verdict["reason"], "case": case["name"],
                          "runtime": runtime, "package": verdict["package"],
                          "platform": (conditions or {}).get("platform") or package.get("target"),

@@ -6,6 +6,7 @@ sidecar needs --trust-code, pickled checkpoints --allow-pickle), to compute the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +18,25 @@ from vitexport.deploy.build import write_package
 
 def package(artifact: str | Path, target: str, *, images: str | Path | None = None, out_dir: str | Path | None = None,
             trust_code: bool = False, allow_pickle: bool = False, force: bool = False,
-            progress: ProgressLike = None) -> dict[str, Any]:
+            runtime_from: str | Path | None = None, progress: ProgressLike = None) -> dict[str, Any]:
     """Write `OUT/NAME-BACKEND-TARGET/` for the artifact at `artifact` (OUT: `out_dir`, default the
-    artifact's folder); return what --json prints. Raises UsageError for what cannot be packaged,
+    artifact's folder); return what --json prints. `runtime_from`: a copy of the runtime the package
+    carries (web: ONNX Runtime Web's .tgz or folder). Raises UsageError for what cannot be packaged,
     ParityError (exit 4) for a damaged or failed artifact."""
     from vitexport import backends
     from vitexport.export import sidecar
-    from vitexport.export.pipeline import check_weights_unchanged, damaged, integrity_problem, trusted_spec
+    from vitexport.export.integrity import damaged, integrity_problem
+    from vitexport.export.pipeline import check_weights_unchanged, trusted_spec
     from vitexport.models.sources import load
 
     where = device_target(target)
+    if runtime_from is not None:
+        if where.language != "web":
+            raise UsageError(f"--runtime-from gives the runtime a web package carries; --target {where.name} carries "
+                             "none (the device installs its runtime)")
+        if not Path(runtime_from).exists():
+            raise UsageError(f"--runtime-from: no such file or folder: {runtime_from}")
+        where = replace(where, runtime_from=str(runtime_from))
     path = Path(artifact)
     if images is not None and not Path(images).is_dir():
         raise UsageError(f"--images: not a directory: {images}")

@@ -27,7 +27,7 @@ def export_module(backend: str, model, options, out_dir: str | Path, *, input_sh
 
     be = backends.get(backend)  # an unknown or unavailable backend is refused before anything is written
     pipeline.options_for(be, options).validate()
-    pipeline.require(be.availability(), backend)
+    pipeline.require(be)
     with held(model, input_shape=input_shape, example_inputs=example_inputs, name=None,
               seed=keywords.get("seed", 0), preprocessing=preprocessing) as loaded, using(progress) as reporter:
         out = prepare_out_dir(out_dir)
@@ -69,7 +69,12 @@ def record_reference(loaded: LoadedModel, out: Path, images, seed: int, progress
                 "class_scores": loaded.class_scores}
         import torch
 
+        from vitexport.core import termination
         from vitexport.models.sources import export_mode
+
+        with termination.held("loading torch.export"):  # its first import takes seconds; half of it would stay
+            import torch._dynamo  # noqa: F401
+            import torch.export  # noqa: F401
 
         # At batch 2 at least: torch.export specialises a dimension of size 1, so a program captured at
         # batch 1 would have a fixed batch (then run in chunks, which a later trace would bake in).

@@ -20,12 +20,12 @@ from vitexport.core.errors import (
     UsageError,
     VitexportError,
     WeightsError,
-    explained,
 )
 from vitexport.core.options import check_number
 from vitexport.core.peakmem import Stage, merged
 from vitexport.core.progress import Progress, ProgressLike, using
 from vitexport.export import sidecar
+from vitexport.export.integrity import damaged, integrity_problem, not_a_file
 from vitexport.export.sidecar import ArtifactRecord
 from vitexport.models.sources import LoadedModel, SourceSpec
 from vitexport.verify.parity import ParityReport, Tolerance
@@ -68,7 +68,7 @@ def export(backend: str, spec: SourceSpec, options: ExportOptions | None = None,
     check_name(name)
     if not be.exports:
         raise UsageError(f"{backend} writes no artifact")
-    require(be.availability(), backend)
+    require(be)
     out = prepare_out_dir(out_dir)
     with using(progress) as reporter:
         t0 = time.perf_counter()
@@ -173,7 +173,7 @@ class Job:
         reused = reusable(path, up, self.loaded, options)
         if reused is not None:
             return Upstream(path, reused, f"reused {path.name} (its sidecar matches this request)")
-        require(up.availability(), up.name)
+        require(up)
         job = Job(up, self.loaded, options, self.out, verify=True, atol=None, rtol=None, seed=self.seed,
                   images=self.images, name=stem, progress=self.progress, force=self.force)
         result = job.run()
@@ -249,6 +249,7 @@ def verify(artifact: str | Path, *, atol: float | None = None, rtol: float | Non
 def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int | None, trust_code: bool,
              allow_pickle: bool, gate: "Gate", progress: Progress) -> dict[str, Any]:
     """`verify` without the baseline: the artifact's integrity, then its parity."""
+    from vitexport.core import termination
     from vitexport.models.sources import load
     from vitexport.verify.checks import run_checks
 
@@ -256,10 +257,12 @@ def verified(path: Path, *, atol, rtol, run: RunOptions, images, max_batch: int 
     be = backends.get(record.backend)
     spec = trusted_spec(record, trust_code, allow_pickle, beside=path)
     changed = integrity_problem(be, path, record)
-    here = be.runs_here_for(record)
+    with termination.held(f"loading {be.name}'s libraries"):  # as for an export (see `require`)
+        here = be.runs_here_for(record)
     if changed and (not here.ok or not_a_file(path, be.files(path, record))):  # nothing to run, or it would block
         raise ParityError(damaged(path, changed), result_of(record, path, {}) | {"artifact_modified": True})
-    require(here, record.backend)
+    if not here.ok:
+        raise BackendUnavailable(f"{record.backend} is unavailable here: {here.reason}")
     check_weights_unchanged(spec, record.source.weights_sha256, path)
     progress.step(f"rebuilding {spec.model}")
     loaded = load(spec)
@@ -312,48 +315,6 @@ def trusted_spec(record: ArtifactRecord, trust_code: bool, allow_pickle: bool, b
     if beside is not None and kind_of(spec.model) == "exported":
         spec = replace(spec, model="exported:" + str(reference_beside(spec.model.partition(":")[2], Path(beside))))
     return replace(spec, allow_pickle=allow_pickle)
-
-
-def integrity_problem(be: Backend, path: Path, record: ArtifactRecord) -> str | None:
-    """Why the artifact's files are not the ones exported (missing, or another sha256); None if they are."""
-    from vitexport.core.environment import NotARegularFile
-
-    missing = [name for name in record.files if not path.with_name(name).exists()]
-    if missing:
-        return f"{', '.join(missing)} is missing"
-    try:
-        if record.artifact_sha256 and sidecar.digest(path, be.files(path, record)) != record.artifact_sha256:
-            return "its sha256 differs from the sidecar's"
-    except NotARegularFile as e:
-        return str(e)
-    return None
-
-
-def intact(path: Path, sha256: str | None) -> bool:
-    """Whether the artifact at `path` and its sidecar are there, the sidecar names `sha256`, and the
-    files hash to it: a cached artifact is still the one exported (the matrix's and optimize's caches)."""
-    if not path.exists():
-        return False
-    try:
-        record = sidecar.read(path)
-        be = backends.get(record.backend)
-    except UsageError:
-        return False
-    return record.artifact_sha256 == sha256 and integrity_problem(be, path, record) is None
-
-
-def not_a_file(path: Path, files: list[Path]) -> bool:
-    """Whether the artifact or one of its files is something other than a file (a package folder
-    for the artifact): a FIFO or device there would block whatever tried to load it."""
-    main_ok = path.is_dir() or path.is_file() or not path.exists()
-    return not main_ok or any(f.exists() and not f.is_file() for f in files)
-
-
-def damaged(path: Path, problem: str, error: Exception | None = None) -> str:
-    text = f"{path.name} is corrupt or changed since export ({problem})"
-    if error is not None:
-        text += f"; loading it failed: {explained(error)}"
-    return text
 
 
 @dataclass(frozen=True)
@@ -433,9 +394,15 @@ def tolerance(be: Backend, precision: str, atol: float | None, rtol: float | Non
                                             gate.task_gates)
 
 
-def require(availability, backend: str) -> None:
+def require(be) -> None:
+    """BackendUnavailable unless the backend can export here. Its libraries load with signals held: a
+    Ctrl-C inside coremltools' import was swallowed there, leaving half-imported modules behind."""
+    from vitexport.core import termination
+
+    with termination.held(f"loading {be.name}'s libraries"):
+        availability = be.availability()
     if not availability.ok:
-        raise BackendUnavailable(f"{backend} is unavailable here: {availability.reason}")
+        raise BackendUnavailable(f"{be.name} is unavailable here: {availability.reason}")
 
 
 def status_of(report: ParityReport | None) -> str:

@@ -71,7 +71,7 @@ class Cache:
     def artifact_intact(self, record: dict[str, Any]) -> bool:
         """Whether the record's artifact is still the one exported: its files hash to its sidecar's
         sha256, and that sidecar is the one the record was written with."""
-        from vitexport.export.pipeline import intact
+        from vitexport.export.integrity import intact
 
         rel = record.get("artifact")
         if not isinstance(rel, str):

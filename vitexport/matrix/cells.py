@@ -132,7 +132,7 @@ def unpack(packed: dict, folder: Path) -> Path:
     from vitexport import backends
     from vitexport.core.errors import ParityError
     from vitexport.export import sidecar
-    from vitexport.export.pipeline import integrity_problem
+    from vitexport.export.integrity import integrity_problem
 
     folder = Path(folder)
     for name, data in packed["files"]:

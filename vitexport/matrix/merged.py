@@ -140,6 +140,8 @@ def section(matrix: "Matrix", where: str) -> dict[str, Any]:
 
 
 def cell_dict(cell: "Cell") -> dict[str, Any]:
+    from vitexport.verify.tasks import task_brief
+
     e = cell.export
     rec = e.record or {}
     parity = rec.get("parity") or {}
@@ -152,8 +154,9 @@ def cell_dict(cell: "Cell") -> dict[str, Any]:
                    "seconds": rec.get("seconds"), "artifact": rec.get("artifact"),
                    "artifact_sha256": rec.get("artifact_sha256"), "provider": rec.get("provider"),
                    "options": rec.get("options") or e.target.options.to_dict()},
-        "parity": {k: parity.get(k) for k in ("passed", "max_abs_error", "mean_abs_error", "cosine_similarity",
-                                              "top1_agreement", "atol", "rtol")} if parity else None,
+        "parity": {**{k: parity.get(k) for k in ("passed", "max_abs_error", "mean_abs_error", "cosine_similarity",
+                                                 "top1_agreement", "atol", "rtol")}, **task_brief(parity)}
+        if parity else None,
         "images": {k: images.get(k) for k in ("count", "decisive_top1_agreement", "accuracy_drop", "accuracy")}
         if images else None,
         "timings": [{"batch": t.batch, "key": t.key, "cached": t.cached, "node": (t.record or {}).get("node"),

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from vitexport.core.errors import SourceError
-from vitexport.models.sources import (MAX_INPUT, LoadedModel, SourceSpec, class_scores_of, export_mode,
+from vitexport.models.sources import (LoadedModel, SourceSpec, check_input_size, class_scores_of, export_mode,
                                       fits_task, materialise_lazy, task_of, user_outputs)
 
 REFERENCE_SUFFIX = ".reference.pt2"  # as vitexport.models.reference.SUFFIX, without importing torch here
@@ -85,9 +85,7 @@ def input_shape_of(model, input_shape, example_inputs, function: str) -> tuple[i
     if len(shape) != 4 or min(shape) <= 0:
         raise SourceError(f"api.{function}: {given} {shape} is not an image batch (N, C, H, W) of positive sizes; "
                           "vitexport exports models whose input is one image tensor")
-    for (axis, limit), value in zip(MAX_INPUT.items(), shape):
-        if value > limit:
-            raise SourceError(f"api.{function}: {given} {axis}={value} is above {limit}; is it a typo?")
+    check_input_size(shape, f"api.{function}: {given}")
     return shape  # type: ignore[return-value]
 
 

@@ -116,6 +116,7 @@ def _checked_archive(f: BinaryIO, path: Path, allow_pickle: bool) -> dict[str, A
         names = archive.namelist()
     except (zipfile.BadZipFile, OSError, ValueError) as e:
         raise ParityError(f"reference program {path.name} is damaged: not a torch.export archive ({e})") from None
+    check_sizes(archive, path)
     meta_name = next((n for n in names if n.endswith(f"/extra/{META}")), None)
     if meta_name is None or not any("/models/" in n and n.endswith(".json") for n in names):
         raise SourceError(f"{path} is not a reference program written by vitexport (no program and record in it)")
@@ -132,6 +133,20 @@ def _checked_archive(f: BinaryIO, path: Path, allow_pickle: bool) -> dict[str, A
                 raise WeightsError(f"reference program {path} holds pickled Python objects ({name.split('/', 1)[-1]}); "
                                    "refusing to unpickle it. Pass --allow-pickle if you trust its origin")
     return meta
+
+
+MAX_RECORD_BYTES = 256 * 2**20  # vitexport's record: names, shapes and the golden arrays of a few feeds
+
+
+def check_sizes(archive: zipfile.ZipFile, path: Path) -> None:
+    """The archive's declared sizes (vitexport.core.archives), and a record of a size vitexport writes."""
+    from vitexport.core.archives import check_declared_sizes
+
+    check_declared_sizes(archive, f"reference program {path.name}")
+    for info in archive.infolist():
+        if info.filename.endswith(f"/extra/{META}") and info.file_size > MAX_RECORD_BYTES:
+            raise SourceError(f"reference program {path.name}: its record declares {info.file_size:,} bytes, above "
+                              f"{MAX_RECORD_BYTES:,}: not one vitexport wrote")
 
 
 def _plain(name: str, archive: zipfile.ZipFile, names: list[str]) -> bool:

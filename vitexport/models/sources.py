@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from vitexport.core import chatter, usercode, writer
+from vitexport.core import chatter, termination, usercode, writer
 from vitexport.core.environment import sha256_file, total_memory_bytes
 from vitexport.core.errors import ConfigError, SourceError, WeightsError, import_optional
 from vitexport.models import holding
@@ -130,6 +130,24 @@ MAX_INPUT = {"N": 4096, "C": 64, "H": 16384, "W": 16384}
 CHECK_BATCH = 8  # the largest batch a check runs by default: what a preset's memory estimate assumes
 
 
+def check_input_size(shape: tuple[int, ...], given: str) -> None:
+    """Refuse a shape before any input is made: an axis above MAX_INPUT is a typo (exit 2); a check's
+    inputs, held by PyTorch and the runtime, beyond this machine's memory are its limit (exit 3)."""
+    import math
+
+    from vitexport.core.errors import TooLargeHere
+
+    for (axis, limit), value in zip(MAX_INPUT.items(), shape):
+        if value > limit:
+            raise SourceError(f"{given} {axis}={value} is above {limit}; is it a typo?")
+    batch = max(shape[0], CHECK_BATCH)
+    needed = 2 * 4 * batch * math.prod(shape[1:])  # float32, one copy each for PyTorch and the runtime
+    total = total_memory_bytes()
+    if total is not None and needed > total:
+        raise TooLargeHere(f"{given} {'x'.join(map(str, shape[1:]))}: a check's inputs alone need "
+                           f"{needed / 1e9:.3g} GB at batch {batch}; this machine has {total / 1e9:.3g} GB")
+
+
 # `model` is a field for the constructor and a property after it: read, it rebuilds a released model.
 LoadedModel._model = None
 LoadedModel.model = property(lambda self: holding.model_of(self, load), holding.set_model)  # type: ignore
@@ -142,9 +160,7 @@ def parse_input_shape(text: str) -> tuple[int, int, int, int]:
         raise SourceError(f"--input-shape expects N,C,H,W integers, got {text!r}") from None
     if len(dims) != 4 or min(dims) <= 0:
         raise SourceError(f"--input-shape expects four positive integers N,C,H,W, got {text!r}")
-    for (axis, limit), value in zip(MAX_INPUT.items(), dims):
-        if value > limit:
-            raise SourceError(f"--input-shape {axis}={value} is above {limit}; is it a typo?")
+    check_input_size(dims, "--input-shape")
     return dims  # type: ignore[return-value]
 
 
@@ -163,7 +179,8 @@ def export_mode():
 
 def load(spec: SourceSpec) -> LoadedModel:
     """Build the model, load its weights, put it in eval mode and materialise lazy modules."""
-    import torch
+    with termination.held("loading PyTorch"):  # a Ctrl-C inside its import would leave half of it
+        import torch
 
     kind = _kind_of(spec.model)
     if spec.overrides and kind != "preset":
@@ -184,6 +201,7 @@ def load(spec: SourceSpec) -> LoadedModel:
     shape = tuple(int(s) for s in shape)
     if len(shape) == 3:
         shape = (1, *shape)
+    check_input_size(shape, f"{spec.model}: input_shape")
     if cfg is not None and spec.input_shape and tuple(shape[1:]) != (cfg.in_chans, *cfg.image_hw):
         raise ConfigError(f"--input-shape {','.join(map(str, shape))} does not match the preset's "
                           f"{cfg.in_chans}x{cfg.image_hw[0]}x{cfg.image_hw[1]} input; use --set image_size=... instead")

@@ -24,6 +24,7 @@ def read_state_dict(path: Path, allow_pickle: bool) -> dict:
             return load_file(str(path))
         except (SafetensorError, OSError, ValueError) as e:
             raise WeightsError(f"corrupt safetensors file {path}: {e}") from None
+    _check_archive(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=not allow_pickle)
     except Exception as e:  # torch raises many types for bad pickles/zips
@@ -39,6 +40,21 @@ def read_state_dict(path: Path, allow_pickle: bool) -> dict:
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise WeightsError(f"{path} does not contain a state dict of tensors")
     return obj
+
+
+def _check_archive(path: Path) -> None:
+    """A zip-format checkpoint (torch's since 1.6) within the sizes it declares; an older one is a
+    pickle stream, read by torch as it is."""
+    import zipfile
+
+    from vitexport.core.archives import check_declared_sizes
+
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                check_declared_sizes(archive, f"weights file {path.name}")
+        except (zipfile.BadZipFile, OSError, ValueError):
+            return  # torch's reader says what is wrong with it
 
 
 # Training wrappers put these before every key: DistributedDataParallel `module.`, Lightning and EMA

@@ -143,7 +143,7 @@ class Cache:
     def built(self, key: str, fresh: bool = False) -> Path | None:
         """The artifact of an intact entry under `key`; None when there is none or it is damaged (then
         removed, to be built again). `fresh`: built by this run's helper process, counted as built."""
-        from vitexport.export.pipeline import intact
+        from vitexport.export.integrity import intact
 
         folder = self.entry(key)
         record = self._read(folder / "entry.json", "build", key, fresh)
@@ -179,6 +179,11 @@ class Cache:
         self._touch(key)
         self.stats["built"] += 1
         return final / artifact.name
+
+    def forget(self, key: str) -> None:
+        """Remove the entry under `key` (found not to be what its key says), to be built again."""
+        shutil.rmtree(self.entry(key), ignore_errors=True)
+        self.used.discard(key[:32])
 
     def _touch(self, key: str) -> None:
         self.used.add(key[:32])

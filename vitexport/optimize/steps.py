@@ -150,6 +150,11 @@ class Steps:
         t0 = time.perf_counter()
         check_key = digest({"kind": "check", "build": row["build_key"], **self.checks})
         verdict = self.cache.check(row["build_key"], check_key, row["artifact_sha256"])
+        if verdict is not None and verdict["status"] == "passed" and not self._computes_this_model(row):
+            verdict = None  # the entry was another model's: built again above, checked now
+            if row["artifact"] is None:  # and could not be built again: the row says why
+                self.seconds["check_s"] += time.perf_counter() - t0
+                return
         row["check_cached"] = verdict is not None
         if verdict is None:
             verdict = self._check_now(row)
@@ -158,6 +163,21 @@ class Steps:
         if verdict["status"] == "failed" and verdict.get("refined_options") and not row.get("refined"):
             self._refine(row, verdict["refined_options"])
         self.seconds["check_s"] += time.perf_counter() - t0
+
+    def _computes_this_model(self, row: dict) -> bool:
+        """Whether the cached artifact a kept verdict speaks for computes the model being optimised (a
+        cache entry's files, its records included, can be replaced whole); if not, the entry is
+        removed and the candidate built again, to be checked and timed anew."""
+        from vitexport.export.checking import computes
+
+        why = computes(Path(row["artifact"]), self.loaded, seed=self.seed, gate=self.gate)
+        if why is None:
+            return True
+        self.cache.forget(row["build_key"])
+        be = backends.get(row["backend"])
+        self.build(row, be.Options(**options_of(row["options"])))
+        row.update(retime=True, cache_note=f"its cached build did not compute this model ({why}): built again")
+        return False
 
     def _check_now(self, row: dict) -> dict[str, Any]:
         from vitexport.export import sidecar

@@ -109,6 +109,7 @@ class Table:
     caption: str
     head: list[str]
     rows: list[Row] = field(default_factory=list)
+    prose: tuple[str, ...] = ("task check",)  # columns of sentences: they wrap and read left to right
 
 
 def _row_status(row: dict, check: dict) -> str:
@@ -140,15 +141,19 @@ def rows_table(report: dict, group: page.Group, cell_dicts: dict[str, dict]) -> 
     gate = any(r.get("vs_baseline") for r in report.get("results", []))
     # The artifact first (model, target or backend, precision): in a matrix, several models share a
     # device and a backend, and only this tells their rows apart.
-    head = ["artifact", "check", "cosine"] + [columns[i].markdown for i in main] + (["gate"] if gate else [])
-    head += ["details"]
+    checks = [page.row_check(r, cell_dicts) for r in group.rows]
+    # A depth map, a mask or a box is judged on its task's numbers (not top-1): they get a column.
+    task = any(c["task"] for c in checks)
+    head = ["artifact", "check", "cosine"] + (["task check"] if task else []) + [columns[i].markdown for i in main]
+    head += (["gate"] if gate else []) + ["details"]
     table = Table("rows", f"{group.device}, batch {group.batch}: every row, the fastest verified artifact first", head)
-    for r in group.rows:
-        check = page.row_check(r, cell_dicts)
+    for r, check in zip(group.rows, checks):
         texts = cells(r, columns)
         raw = [c.value(r) if (r.get("available") or c.always) else None for c in columns]
         tds = [(page.row_name(r), page.row_name(r)), (check["words"], check["status"]),
                ("" if check["cosine"] is None else page.cosine_words(check["cosine"]), check["cosine"])]
+        if task:
+            tds.append((check["task"] or "", check["task"] or ""))
         tds += [(texts[i], raw[i]) for i in main]
         if gate:
             tds.append((_gate(r), (r.get("vs_baseline") or {}).get("change")))
@@ -172,16 +177,19 @@ def devices_table(report: dict) -> Table | None:
     keys = ("runtime", "precision", "batch", "p50", "spread", "on_device", "conditions")
     columns = [next(c for c in COLUMNS if c.key == k) for k in keys]
     fastest = {id(f) for g in page.groups(report) for f in g.fastest}
+    checks = [page.row_check(r) for r in results]
+    task = any(c["task"] for c in checks)  # the device's task numbers, where its model does not classify
     table = Table("devices", "Every machine and device: the fastest verified row of each first",
-                  ["device", "artifact"] + [c.markdown for c in columns])
-    for r in results:
-        check = page.row_check(r)
+                  ["device", "artifact"] + [c.markdown for c in columns] + (["task check"] if task else []))
+    for r, check in zip(results, checks):
         texts = cells(r, columns)
         if check["status"] == page.FAILED and not r.get("available"):
             texts[keys.index("p50")] = "none: failed"  # why is in its verdict, beside
         raw = [c.value(r) if (r.get("available") or c.always) else None for c in columns]
         tds = [(_text(r.get("device_label")), _text(r.get("device_label"))), (page.row_name(r), page.row_name(r))]
         tds += list(zip(texts, raw))
+        if task:
+            tds.append((check["task"] or "", check["task"] or ""))
         table.rows.append(_row(tds, backend=_text(r.get("target") or r.get("backend")),
                                precision=_text(r.get("precision")), status=_row_status(r, check),
                                fastest=id(r) in fastest))
@@ -227,6 +235,8 @@ def groups_section(report: dict, heading: str = "Per device and batch size") -> 
 
 def cells_section(matrix: dict) -> dict[str, Any]:
     """Every cell of a matrix: its status and reason in the terminal's words, and its parity."""
+    from vitexport.report.tasks import classifies, task_line
+
     head = ["model", "target", "device", "status", "reason", "max abs error", "cosine", "p50 ms by batch", "details"]
     table = Table("cells", "Every cell of the matrix", head)
     for c in matrix["cells"]:
@@ -235,7 +245,10 @@ def cells_section(matrix: dict) -> dict[str, Any]:
         p50s = [(r["p50_ms"], r.get("batch_size")) for t in c["timings"] for r in t["rows"]
                 if r.get("available") and r.get("p50_ms")]
         cosine = _number(p.get("cosine_similarity"))
-        details = [("bench", c["bench_target"]), ("top-1 agreement", _num(p.get("top1_agreement"), ".3f")),
+        # a classifier's top-1; any other task's own numbers and gates (a depth map's top-1 says nothing)
+        judged = ("task", task_line({**p, "precision": c.get("precision")})) if not classifies(p) else \
+            ("top-1 agreement", _num(p.get("top1_agreement"), ".3f"))
+        details = [("bench", c["bench_target"]), judged,
                    ("atol / rtol", f"{_num(p.get('atol'), 'g')} / {_num(p.get('rtol'), 'g')}" if p else ""),
                    ("images", _num(im.get("count"), "d")), ("accuracy drop", _num(im.get("accuracy_drop"), ".3f"))]
         details_text = "; ".join(f"{name}: {text}" for name, text in details if text)

@@ -54,26 +54,36 @@ def same_machine(reports: list[dict]) -> bool:
 # ------------------------------------------------------------------------------------- verification
 
 def row_check(row: dict, cells: dict[str, dict] | None = None) -> dict[str, Any]:
-    """How the artifact a row timed was checked: {"status", "cosine", "accuracy", "words"}. A matrix row
-    takes its cell's verdict; a device's row the verdict on its outputs there; a bench row the brief
-    bench recorded from the artifact's sidecar."""
+    """How the artifact a row timed was checked: {"status", "cosine", "accuracy", "words", "task"}. A
+    matrix row takes its cell's verdict; a device's row the verdict on its outputs there; a bench row
+    the brief bench recorded from the artifact's sidecar. "task" is a non-classifier's numbers and
+    gates in words (report.tasks.task_line), None for a classifier."""
+    from vitexport.report.tasks import task_line
+
     if devices.is_device_row(row):
         status = {devices.VERIFIED: VERIFIED, devices.FAILED: FAILED}.get(row["device_check"].get("verdict"),
                                                                           UNVERIFIED)
-        return {"status": status, "cosine": _finite((row.get("verification") or {}).get("cosine_similarity")),
-                "accuracy": None, "words": devices.verdict(row)}
+        brief = row.get("verification") or {}
+        return {"status": status, "cosine": _finite(brief.get("cosine_similarity")),
+                "accuracy": None, "words": devices.verdict(row), "task": task_line({**brief, **_precision(row)})}
     cell = (cells or {}).get(row.get("cell")) if row.get("cell") else None
     if cell is not None:
         status = {"passed": VERIFIED, "failed": FAILED}.get(cell.get("status"), UNVERIFIED)
         parity = cell.get("parity") or {}
         return {"status": status, "cosine": _finite(parity.get("cosine_similarity")),
                 "accuracy": _finite(((cell.get("images") or {}).get("accuracy") or {}).get("candidate")),
-                "words": status}
+                "words": status, "task": task_line({**parity, **_precision(cell)})}
     brief = row.get("verification") or {}
     status = brief.get("status")
     status = {"verified": VERIFIED, "FAILED": FAILED, "reference": REFERENCE}.get(status, UNVERIFIED)
     cosine = 1.0 if status == REFERENCE else _finite(brief.get("cosine_similarity"))
-    return {"status": status, "cosine": cosine, "accuracy": _finite(brief.get("accuracy")), "words": status}
+    return {"status": status, "cosine": cosine, "accuracy": _finite(brief.get("accuracy")), "words": status,
+            "task": task_line({**brief, **_precision(row)})}
+
+
+def _precision(row: dict) -> dict:
+    """The precision whose gates apply (a row's or a cell's), where it says one."""
+    return {"precision": row["precision"]} if isinstance(row.get("precision"), str) else {}
 
 
 def cosine_words(cosine: float) -> str:

@@ -21,7 +21,7 @@ def task_line(parity: dict[str, Any]) -> str | None:
     shown = ", ".join(f"{name.replace('_', ' ')} {'n/d' if value is None else f'{value:.4g}'}"
                       for name, value in numbers.items()) or "no output it reads"
     # the gates that judged these numbers (a detector: its confident detections, else its top-k queries)
-    gates = applied_gates(parity["task"], parity.get("precision", "fp32"), numbers, parity.get("task_gates"))
+    gates = applied_gates(parity["task"], parity.get("precision") or "fp32", numbers, parity.get("task_gates"))
     gate = "; gate " + ", ".join(f"{n.replace('_', ' ')} {'>=' if kind == 'min' else '<='} {limit:g}"
                                  for n, kind, limit in gates) if gates else ""
     return f"{parity['task']}: {shown}{gate}"

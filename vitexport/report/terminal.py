@@ -56,9 +56,15 @@ def export_result(result: dict[str, Any]) -> None:
 def device_facts(console, result: dict[str, Any]) -> None:
     """A device report's device and its timings: what ran where, and how fast there."""
     facts = result["device"]
-    shown = ", ".join(f"{k} {facts[k]}" for k in ("model", "os", "cpu", "runtime", "provider", "compute_units",
-                                                  "jetson_power_mode") if facts.get(k) not in (None, ""))
+    shown = ", ".join(f"{k} {facts[k]}" for k in ("model", "os", "cpu", "browser", "runtime", "provider",
+                                                  "compute_units", "jetson_power_mode")
+                      if facts.get(k) not in (None, "") and not isinstance(facts[k], (dict, list)))
     console.print(f"device: {escape(shown)}", highlight=False, soft_wrap=True)
+    placed = facts.get("webgpu_cpu_nodes")
+    if isinstance(placed, dict) and placed.get("of"):
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(placed.get("ops", {}).items(), key=lambda kv: -kv[1]))
+        console.print(escape(f"on WebGPU: {placed['nodes']} of {placed['of']} nodes ran on the CPU (WebAssembly)"
+                             + (f": {ops}" if ops else "")), highlight=False, soft_wrap=True)
     cases = (result.get("timings") or {}).get("cases")
     if isinstance(cases, dict) and cases:
         parts = [f"{escape(str(name))} {milliseconds(t['p50_ms'])} at batch {t.get('batch', '?')}"
@@ -447,6 +453,9 @@ def emit_optimize(result: dict[str, Any], as_json: bool) -> None:
             if speed.get("timing"):
                 console.print(f"{row['candidate']}: timing{suffix and ' at' + suffix} {escape(speed['timing'])}",
                               highlight=False, soft_wrap=True)
+    for row in result["candidates"]:
+        if row.get("cache_note"):  # a cache entry that was another model's: never trusted
+            console.print(f"{row['candidate']}: {escape(row['cache_note'])}", highlight=False, soft_wrap=True)
     for label in result.get("not_built") or []:
         console.print(f"{label}: not built: it takes minutes to build; --thorough builds it too", highlight=False)
     for runtime, why in (result.get("runtimes") or {}).items():

@@ -28,6 +28,17 @@ from vitexport.core.taskmeasures import (  # noqa: F401  (the task API's names)
 TASKS = ("classification", "embedding", "depth", "segmentation", "detection", "matting")
 
 
+BRIEF_KEYS = ("task", "task_metrics", "task_judged_on", "task_gates")
+
+
+def task_brief(parity: dict | None) -> dict:
+    """What a report's row or cell keeps of a non-classifier's parity so that every view can show the
+    task's numbers and gates (nothing for a classifier: its top-1 is in the element-wise numbers)."""
+    if not parity or parity.get("task") in (None, "classification"):
+        return {}
+    return {k: parity[k] for k in BRIEF_KEYS if parity.get(k) is not None}
+
+
 def check_task(task: str, where: str) -> str:
     from vitexport.core.errors import SourceError
 

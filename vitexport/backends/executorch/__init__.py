@@ -135,6 +135,9 @@ class ExecuTorchBackend(Backend):
 
         delegate = record.info.get("delegate", "xnnpack")
         dtype = record.info.get("input_dtype", "float32")
+        if target.language == "web":
+            raise UsageError("an ExecuTorch program has no check in a web browser: package the ONNX export for "
+                             "--target web (vitexport onnx)")
         if delegate == "coreml" and target.name not in ("ios", "macos"):
             raise UsageError(f"a program delegated to Core ML runs on Apple devices, not {target.device}: choose "
                              "--target ios or macos (or export with --delegate xnnpack)")

@@ -66,7 +66,11 @@ class OnnxBackend(Backend):
         return tag
 
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
+        from vitexport.backends.onnx.browser import EPS, BrowserRunner
         from vitexport.backends.onnx.runner import OnnxRuntimeRunner
+
+        if run.providers and run.providers[0] in EPS:  # ONNX Runtime Web in a headless Chromium
+            return BrowserRunner(Path(path), record, run.providers[0], run.threads)
 
         return OnnxRuntimeRunner(Path(path), run.providers, run.threads, run.allow_fallback)
 
@@ -83,9 +87,12 @@ class OnnxBackend(Backend):
         return not record.info.get("external_data")  # external weights are named inside the .onnx
 
     def device_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
-        """ONNX Runtime in Python, on the device's best provider (--provider picks one)."""
+        """ONNX Runtime in Python, on the device's best provider (--provider picks one); on the web,
+        ONNX Runtime Web in a page, on WebAssembly or WebGPU."""
         from vitexport.core.errors import UsageError
 
+        if target.language == "web":
+            return self._web_check(path, record, target)
         if target.language != "python":
             raise UsageError(f"an ONNX model has no check for {target.device} here: package a Core ML package or "
                              "an ExecuTorch program for phones (vitexport coreml / executorch)")
@@ -100,6 +107,27 @@ class OnnxBackend(Backend):
                                      "output_names": list(record.output_names)},
                            notes=("`python3 check.py --provider CUDAExecutionProvider` (or TensorrtExecutionProvider, "
                                   "CoreMLExecutionProvider) checks on that provider; the report says which ran.",))
+
+    def _web_check(self, path: Path, record, target: DeviceTarget) -> DeviceCheck:
+        from vitexport.backends.onnx import web
+
+        version, dist = web.locate(target.runtime_from)
+        settings = {"file": path.name, "external_data": [p.name for p in self.files(path, record)],
+                    "input_name": record.input_names[0], "output_names": list(record.output_names),
+                    "input_dtype": web.input_dtype(path, record.input_names[0]), "onnxruntime_web": version,
+                    "builds": {ep: files[0] for ep, files in web.BUILDS.items()}}
+        return DeviceCheck(runner=device_source(__name__, "runner.js"), runner_name="runner.js",
+                           runtime=f"ONNX Runtime Web {version}", settings=settings,
+                           install="a Chromium-based browser (WebGPU: Chrome or Chromium 113 or newer) and Python 3.8 "
+                                   "or newer for check.py; ONNX Runtime Web is in ort/, loaded from the package's "
+                                   "folder (no CDN, no network)",
+                           extra=lambda pkg: web.copy_into(pkg / "ort", dist),
+                           notes=("`python3 check.py --ep webgpu` checks on WebGPU; on a machine without a GPU, "
+                                  "`--webgpu-adapter swiftshader` gives Chromium a software adapter on the CPU "
+                                  "(the report marks it software).",
+                                  "`python3 check.py --serve` only serves the folder with the headers WebAssembly "
+                                  "threads need: open the address it prints, the page shows the verdict and saves "
+                                  "the report."))
 
     def lint(self, path: Path, record):
         from vitexport.backends.onnx_common.lint import lint_onnx
@@ -151,16 +179,24 @@ class OnnxBackend(Backend):
                 BenchTarget("onnxruntime-cuda", self.name,
                             RunOptions(providers=("CUDAExecutionProvider",), allow_fallback=False)),
                 BenchTarget("onnxruntime-tensorrt", self.name,
-                            RunOptions(providers=("TensorrtExecutionProvider",), allow_fallback=False))]
+                            RunOptions(providers=("TensorrtExecutionProvider",), allow_fallback=False)),
+                # ONNX Runtime Web in a headless Chromium, timed inside the page (vitexport.backends.onnx.browser)
+                BenchTarget("onnxruntime-web", self.name, RunOptions(providers=("wasm",), allow_fallback=False)),
+                BenchTarget("onnxruntime-webgpu", self.name, RunOptions(providers=("webgpu",), allow_fallback=False))]
 
     def runs_torch_for(self, run: RunOptions) -> bool:
         # A GPU provider finds CUDA and cuDNN among the libraries `import torch` loads (pip's nvidia
         # packages are on no library path), as in every process that exports; a CPU session needs none.
+        from vitexport.backends.onnx.browser import EPS
         from vitexport.backends.onnx.providers import CPU, canonical
 
-        return any(canonical(p) != CPU for p in run.providers)
+        return any(canonical(p) != CPU and p not in EPS for p in run.providers)
 
     def bench_unavailable(self, target: BenchTarget) -> str | None:
+        from vitexport.backends.onnx.browser import EPS, unavailable
+
+        if target.run.providers and target.run.providers[0] in EPS:
+            return unavailable(target.run.providers[0])
         here = self.availability()
         if not here.ok:
             return here.reason

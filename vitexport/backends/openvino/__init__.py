@@ -116,6 +116,9 @@ class OpenVinoBackend(Backend):
         from vitexport.backends.openvino import devices
         from vitexport.core.errors import UsageError
 
+        if target.language == "web":
+            raise UsageError("OpenVINO IR does not run in a web browser: package the ONNX export for --target web "
+                             "(vitexport onnx)")
         if target.language != "python":
             raise UsageError(f"OpenVINO IR has no check for {target.device} here: package a Core ML package or "
                              "an ExecuTorch program for phones (vitexport coreml / executorch)")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from vitexport.backends.base import output_names
 from vitexport.backends.openvino.options import OpenVinoOptions
+from vitexport.core import termination
 from vitexport.core.errors import ExportError
 from vitexport.core.usercode import raised
 
@@ -64,7 +65,8 @@ def convert(loaded, options: OpenVinoOptions):
     try:
         with torch.no_grad(), export_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer chatter; parity at several batches is the real test
-            model = openvino.convert_model(_traced(loaded.model, example), example_input=example, input=[shape])
+            with termination.held("OpenVINO's conversion"):  # it calls back into Python for every node
+                model = openvino.convert_model(_traced(loaded.model, example), example_input=example, input=[shape])
     except Exception as traced:
         model, converted_from = from_program(loaded, example, options, traced)
     names = output_names(loaded, options)
@@ -99,7 +101,8 @@ def from_program(loaded, example, options: OpenVinoOptions, traced: Exception):
         with torch.no_grad(), export_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             program = torch.export.export(loaded.model, (example,), dynamic_shapes=dynamic)
-            model = openvino.convert_model(program)
+            with termination.held("OpenVINO's conversion"):
+                model = openvino.convert_model(program)
     except Exception as e:
         why = lacking(e)
         raise ExportError(f"openvino.convert_model failed: its TorchScript frontend {first or raised(traced)}; "

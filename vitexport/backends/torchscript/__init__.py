@@ -132,6 +132,9 @@ class TorchScriptBackend(Backend):
         """torch.jit.load on the device's CPU or GPU (--device picks one)."""
         from vitexport.core.errors import UsageError
 
+        if target.language == "web":
+            raise UsageError("TorchScript does not run in a web browser: package the ONNX export for --target web "
+                             "(vitexport onnx)")
         if target.language != "python":
             raise UsageError(f"TorchScript has no check for {target.device} here: package a Core ML package or an "
                              "ExecuTorch program for phones (vitexport coreml / executorch)")

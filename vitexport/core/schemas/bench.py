@@ -35,7 +35,16 @@ class PerRound(Record):
     reference_ms: list[Optional[Ms]] = []
 
 
-class Verification(Record):
+class TaskBrief(Record):
+    """What a non-classifier was judged on, as its parity report says (`task_brief` in vitexport.verify.tasks)."""
+
+    task: Optional[str] = None
+    task_metrics: Optional[dict[str, Optional[Number]]] = None
+    task_judged_on: Optional[list[str]] = None
+    task_gates: Optional[dict[str, Number]] = None  # the user's limits (--task-gate)
+
+
+class Verification(TaskBrief):
     status: STATUSES
     cosine_similarity: Optional[Cosine] = None
     max_abs_error: Optional[Error] = None
@@ -310,7 +319,7 @@ class Source(Record):
     device: Optional[DeviceSource] = None
 
 
-class ParityBrief(Record):
+class ParityBrief(TaskBrief):
     passed: Optional[bool] = None
     max_abs_error: Optional[Error] = None
     mean_abs_error: Optional[Error] = None

@@ -13,7 +13,7 @@ from vitexport.core.schemas.bench import Conditions, KernelRates, PerRound, Refe
 from vitexport.core.schemas.fields import (MAX_MS, Amount, Count, Cosine, ErrorOrNonFinite, Number, Ratio, Record,
                                            Seconds, Sha256, Share, Size, Spread, Tolerance, within, within_check)
 
-TARGETS = Literal["linux", "jetson", "macos", "ios", "android"]
+TARGETS = Literal["linux", "jetson", "macos", "ios", "android", "web"]
 MAX_DIMS = 8
 NON_FINITE = Literal["NaN", "Infinity", "-Infinity"]
 # An output value as the device computed it: NaN and infinities are data to judge (an fp16 overflow
@@ -203,6 +203,27 @@ class ReportedPackage(Record):
     batches: Optional[list[Size]] = None  # the batch sizes the package was built for
 
 
+class WebGpuAdapter(Record):
+    """The WebGPU adapter a browser gave the page (GPUAdapterInfo); `software`: SwiftShader, llvmpipe or
+    a fallback adapter, whose speed is a CPU's."""
+
+    vendor: Optional[str] = None
+    architecture: Optional[str] = None
+    device: Optional[str] = None
+    description: Optional[str] = None
+    fallback: Optional[bool] = None
+    software: Optional[bool] = None
+
+
+class CpuNodes(Record):
+    """The nodes ONNX Runtime Web placed on the CPU (WebAssembly) beside WebGPU: how many of all, by
+    operator type (shape computations are put there on purpose; the others the provider lacks)."""
+
+    nodes: Count
+    of: Count
+    ops: dict[str, Count] = {}
+
+
 class DeviceFacts(Record):
     """What the device says about itself; printed, never acted on."""
 
@@ -214,6 +235,9 @@ class DeviceFacts(Record):
     provider: Optional[str] = None
     compute_units: Optional[str] = None
     stand_in: Optional[bool] = None
+    browser: Optional[str] = None  # web: the browser the page ran in, as its --version says
+    webgpu_adapter: Optional[WebGpuAdapter] = None
+    webgpu_cpu_nodes: Optional[CpuNodes] = None
 
 
 Celsius = within(-273.15, 1000.0)

@@ -15,7 +15,7 @@ import torch  # this module is imported only to build an hf: model, never by the
 
 from vitexport.core.environment import quiet_loggers
 from vitexport.core.errors import SourceError, WeightsError, explained
-from vitexport.models.hf import files
+from vitexport.models.hf import files, size
 from vitexport.models.hf.architectures import ARCHITECTURES, Architecture
 
 
@@ -33,6 +33,7 @@ def build(spec):
     if arch is None:
         raise SourceError(f"hf:{text}: architecture {name} is not supported (supported: {', '.join(ARCHITECTURES)})")
     files.weights_files(path)  # before importing transformers: a folder without safetensors is refused early
+    size.check_layers(config, f"hf:{text}")  # before anything is built: a config can ask for 100,000 layers
     with offline(), quiet_loggers("torch.utils._pytree"):  # torch.compile chatter about torchao's enums
         transformers = import_transformers()
         with hushed(transformers):
@@ -102,6 +103,12 @@ def load_pretrained(transformers, path: Path, name: str, arch: Architecture, con
     initialisation (a missing key) or a checkpoint tensor the model ignores is refused."""
     cls = getattr(transformers, arch.loads_as or name)
     kwargs = {key: config[key] for key in arch.top_level if key in config}
+    try:
+        config_object = cls.config_class.from_pretrained(str(path), local_files_only=True, **kwargs)
+    except Exception as e:  # transformers raises many types for damaged configs
+        raise SourceError(f"hf:{path}: transformers could not read its config: {type(e).__name__}: "
+                          f"{explained(e)}") from None
+    size.check_parameters(cls, config_object, files.weights_files(path), f"hf:{path}")  # before any weight exists
     try:
         model, info = cls.from_pretrained(str(path), local_files_only=True, trust_remote_code=False,
                                           attn_implementation=arch.attention, dtype=torch.float32,

@@ -1,0 +1,239 @@
+"""A page in a headless Chromium, driven from Python: a local server for the page's files with the
+headers WebAssembly threads need, the browser started and stopped, and a channel to the page (the
+page asks GET /command for its next task, fetches GET /blob/NAME for data, and posts its answers to
+POST /report). Shared by bench (ONNX Runtime Web's rows) and a web package's check.py, which carries
+this file as it is: standard library only, Python 3.8 or newer."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+# Chromium on a machine without a GPU: WebGPU through SwiftShader, Vulkan on the CPU (a software adapter).
+SWIFTSHADER = ("--enable-features=Vulkan", "--use-vulkan=swiftshader", "--use-webgpu-adapter=swiftshader",
+               "--enable-unsafe-swiftshader")
+MAX_POST_BYTES = 512 * 2**20  # every output value of every case, as JSON
+COMMAND_WAIT_S = 20.0  # a page's GET /command waits this long for a task before it asks again
+TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript", ".mjs": "text/javascript",
+         ".json": "application/json", ".wasm": "application/wasm"}
+
+
+# Between us and the browser, a guard process: it starts the browser in a session of its own and ends
+# that whole session when the browser is to stop, or when we are gone, even killed outright (a bench
+# worker is killed with SIGKILL, which leaves it no chance to clean up).
+GUARD = r"""
+import os, signal, subprocess, sys, time
+parent, log = int(sys.argv[1]), sys.argv[2]
+with open(log, "wb") as f:
+    child = subprocess.Popen(sys.argv[3:], stdin=subprocess.DEVNULL, stdout=f, stderr=f, start_new_session=True)
+
+def stop(*_):
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+        child.wait(timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(0)
+
+for name in ("SIGTERM", "SIGINT", "SIGHUP"):
+    if signal.getsignal(getattr(signal, name)) is not signal.SIG_IGN:  # ignored on purpose (a background job)
+        signal.signal(getattr(signal, name), stop)
+while child.poll() is None:
+    if os.getppid() != parent:
+        stop()
+    time.sleep(0.2)
+try:
+    os.killpg(child.pid, signal.SIGKILL)  # its helpers, if any outlived it
+except OSError:
+    pass
+sys.exit(child.returncode if child.returncode >= 0 else 128 - child.returncode)
+"""
+
+
+class Unavailable(Exception):
+    """No browser to run the page in."""
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Only the files in `routes` (name -> path), cross-origin isolated so that the page may use
+    SharedArrayBuffer; nothing else of the disk is reachable."""
+
+    routes = {}
+    blobs = {}
+    commands = None  # queue.Queue of dicts for the page
+    results = None  # queue.Queue of what the page posts
+
+    def end_headers(self):
+        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+        self.send_header("Cache-Control", "no-store")
+        super().end_headers()
+
+    def _send(self, body, kind):
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        name = self.path.split("?", 1)[0].split("#", 1)[0].lstrip("/")
+        if name == "command":
+            try:
+                task = self.commands.get(timeout=COMMAND_WAIT_S)
+            except queue.Empty:
+                task = {"op": "wait"}
+            self._send(json.dumps(task).encode("utf-8"), "application/json")
+        elif name.startswith("blob/") and name[5:] in self.blobs:
+            self._send(self.blobs[name[5:]], "application/octet-stream")
+        elif name in self.routes:
+            try:
+                with open(self.routes[name], "rb") as f:
+                    body = f.read()
+            except OSError:
+                self.send_error(404)
+                return
+            self._send(body, TYPES.get(os.path.splitext(name)[1], "application/octet-stream"))
+        else:
+            self.send_error(404, "not a file of this page")
+
+    def do_POST(self):
+        if self.path != "/report":
+            self.send_error(404)
+            return
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if not 0 < length <= MAX_POST_BYTES:
+            self.send_error(413)
+            return
+        body = self.rfile.read(length)
+        self.send_response(204)
+        self.end_headers()
+        try:
+            self.results.put(json.loads(body.decode("utf-8")))
+        except ValueError as e:
+            self.results.put({"error": "the page sent an unreadable answer ({})".format(e), "code": 1})
+
+    def log_message(self, format, *args):  # quiet: the caller prints its own lines
+        pass
+
+
+class Server:
+    """The page's files on 127.0.0.1 (`routes`: name -> path), with the command channel."""
+
+    def __init__(self, routes, port=0):
+        self.commands, self.results, self.blobs = queue.Queue(), queue.Queue(), {}
+        handler = type("PageHandler", (Handler,), {"routes": dict(routes), "blobs": self.blobs,
+                                                   "commands": self.commands, "results": self.results})
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)  # OSError: the caller says why
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.port = self.httpd.server_address[1]
+
+    def url(self, name):
+        return "http://127.0.0.1:{}/{}".format(self.port, name)
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def find_browser(given=None):
+    """The browser to run: `given` (a path or a name on PATH), else the first Chromium on PATH.
+    ValueError for a `given` that is not there, Unavailable when none is found."""
+    if given:
+        path = shutil.which(given) or (given if os.path.isfile(given) else None)
+        if not path:
+            raise ValueError("no such program: {}".format(given))
+        return path
+    found = next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
+    if not found:
+        raise Unavailable("no Chromium-based browser found ({}); install one (Debian: apt-get install chromium)"
+                          .format(", ".join(BROWSERS)))
+    return found
+
+
+def browser_version(path):
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip().splitlines() or [None])[0]
+
+
+class Browser:
+    """A headless Chromium on `url` with a profile of its own, in its own session under a guard
+    (stopping it stops its helper processes too; it stops when this process ends, however it ends). `webgpu`: WebGPU on ("default": the browser's adapter; "swiftshader":
+    a software one on the CPU), or None."""
+
+    def __init__(self, path, url, webgpu=None):
+        self.profile = tempfile.mkdtemp(prefix="vitexport-browser-")
+        self.log = os.path.join(self.profile, "browser.log")
+        command = [path, "--headless=new", "--user-data-dir=" + self.profile, "--no-first-run",
+                   "--no-default-browser-check", "--disable-extensions", "--disable-background-networking",
+                   "--disable-component-update", "--disable-dev-shm-usage"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            command.append("--no-sandbox")  # Chromium refuses to run as root with its sandbox
+        if webgpu:
+            command.append("--enable-unsafe-webgpu")  # WebGPU on Linux is behind this flag
+            if webgpu == "swiftshader":
+                command += SWIFTSHADER
+            elif platform.system() == "Linux":
+                command.append("--enable-features=Vulkan")
+        # Its log goes to a file: a pipe nobody reads would fill and stall it.
+        try:
+            self.process = subprocess.Popen([sys.executable, "-c", GUARD, str(os.getpid()), self.log, *command, url],
+                                            stdin=subprocess.DEVNULL)
+        except OSError as e:
+            shutil.rmtree(self.profile, ignore_errors=True)
+            raise Unavailable("cannot start the browser {}: {}".format(path, e.strerror or e))
+
+    def exited(self):
+        """None while it runs; else a sentence with its exit status and its log's last line."""
+        if self.process.poll() is None:
+            return None
+        try:
+            with open(self.log, "rb") as f:
+                tail = f.read()[-4096:].decode("utf-8", "replace").strip().splitlines()
+        except OSError:
+            tail = []
+        return "the browser exited ({}){}".format(self.process.returncode, ": " + tail[-1][:300] if tail else "")
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.terminate()  # the guard stops the browser's whole session, then itself
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def answer(server, browser, timeout_s):
+    """The page's next post; TimeoutError after `timeout_s`, RuntimeError when the browser died."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            return server.results.get(timeout=0.2)
+        except queue.Empty:
+            pass
+        gone = browser.exited() if browser is not None else None
+        if gone:
+            raise RuntimeError(gone)
+    raise TimeoutError("no answer from the page within {:g} s".format(timeout_s))

@@ -49,15 +49,14 @@ def left_out(interpreter) -> dict[str, int]:
 
 
 class LiteRTRunner(Runner):
-    """Feeds and outputs are float32 host arrays, by the signature's names; a batch the interpreter is
-    not sized for is resized to (a dynamic-batch model takes any up to its bound)."""
+    """Feeds and outputs are float32 host arrays, called by the signature's names (a full-integer model's
+    int8 input and output converted on the way in and out)."""
 
     def __init__(self, path: Path, record, threads: int | None = None):
         self.path, self.threads = path, threads
         self.input_name, self.output_names = record.input_names[0], list(record.output_names)
         self.signature = dict(record.info.get("signature") or {})
         self.interpreter = self.runner = None
-        self.delegated: dict[str, int] = {}
 
     def open(self) -> None:
         try:
@@ -68,7 +67,6 @@ class LiteRTRunner(Runner):
             self.runner = self.interpreter.get_signature_runner(self.signature.get("key"))
         except Exception as e:
             raise RuntimeFailure(f"LiteRT cannot load {self.path.name}: {explained(e)}") from None
-        self.left = left_out(self.interpreter)
         took = any(op["op_name"] == DELEGATE_OP for op in self.interpreter._get_ops_details())
         self.provider = "litert-xnnpack" if took else "litert-builtin"
 

@@ -106,7 +106,7 @@ def test_the_compile_time_is_the_warm_loads():
 
 
 # The runtimes here that report a compile step of their own (Runner.compile_s); the others say None.
-COMPILING = {"onnx", "openvino", "executorch"}
+COMPILING = {"onnx", "openvino", "executorch", "litert"}
 
 
 @pytest.mark.parametrize("backend", [be.name for be in backends.exporters()])

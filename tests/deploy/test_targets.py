@@ -26,11 +26,16 @@ SUPPORTED = {
     "onnx": {"linux", "jetson", "macos", "web"},
     "torchscript": {"linux", "jetson", "macos"},
     "openvino": {"linux", "jetson", "macos"},
+    "litert": {"linux", "jetson", "macos", "android"},
     "coreml": {"macos", "ios"},
     "executorch": {"linux", "jetson", "macos", "ios", "android"},
     "tensorrt": set(),  # needs the ONNX it was built from on disk: tests/backends/test_jetson_bundle.py
     "torch": set(),
 }
+
+
+# What a backend's sidecars always record and its checks read (a LiteRT model's signature names).
+RECORDED = {"litert": {"signature": {"key": "serving_default", "inputs": ["args_0"], "outputs": ["output_0"]}}}
 
 
 def record_for(name: str, **info) -> ArtifactRecord:
@@ -52,7 +57,7 @@ def test_every_backend_says_how_its_artifacts_are_checked_on_every_target(name, 
         monkeypatch.setenv("VITEXPORT_ONNXRUNTIME_WEB", str(request.getfixturevalue("ort_web")))
         plain_onnx(tmp_path / f"model{be.suffix}")  # the page feeds what the graph's input takes
     try:
-        check = be.device_check(tmp_path / f"model{be.suffix}", record_for(name), where)
+        check = be.device_check(tmp_path / f"model{be.suffix}", record_for(name, **RECORDED.get(name, {})), where)
     except UsageError as e:
         assert name not in SUPPORTED or target not in SUPPORTED[name], f"{name} -> {target}: {e}"
         assert "\n" not in str(e) and str(e)
@@ -189,6 +194,7 @@ def test_swift_and_kotlin_checks_read_the_fields_the_package_writes(onnx_package
     for f in ("manifest.json", "golden/golden.json"):
         keys(json.loads((onnx_package / f).read_text()))
     written |= {"image_input", "mean", "std", "delegate", "input_name", "channel_order"}  # other backends' runner settings
+    written |= {"signature", "key", "inputs"}  # a LiteRT model's signature (its key and its inputs' names)
     written |= {"passed", "reason"}  # the checks' own results
     for source in sources:
         text = source.read_text()

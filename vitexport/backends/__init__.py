@@ -26,6 +26,7 @@ REGISTRY: dict[str, str] = {
     "tensorrt": "vitexport.backends.tensorrt",
     "executorch": "vitexport.backends.executorch",
     "openvino": "vitexport.backends.openvino",
+    "litert": "vitexport.backends.litert",
 }
 
 

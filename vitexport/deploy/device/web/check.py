@@ -141,6 +141,18 @@ def write_report(path, report):
             tmp.unlink()
 
 
+def report_bytes(manifest):
+    """The most the page's report may take as JSON: every golden output value written out (at most 32
+    characters a float32), plus room for the timings; the server refuses a larger post."""
+    golden = read_json(HERE / "golden" / "golden.json", "golden data")
+    files = manifest["files"]
+    try:
+        values = sum(max(0, files[name]["size"] - 128) // 4 for case in golden["cases"] for name in case["outputs"])
+    except (KeyError, TypeError) as e:
+        raise Stop(USAGE, "golden/golden.json names outputs manifest.json does not list ({})".format(e))
+    return values * 32 + 4 * 2**20
+
+
 def arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ep", choices=("wasm", "webgpu"), default="wasm",
@@ -201,7 +213,7 @@ def main(argv=None):
             raise Stop(UNAVAILABLE, "{}, or give --browser PATH".format(e))
     routes = {name: str(HERE.joinpath(*name.split("/"))) for name in served | {"manifest.json"}}
     try:
-        server = web.Server(routes, args.port)
+        server = web.Server(routes, args.port, folder=HERE.name, max_post=report_bytes(manifest))
     except OSError as e:
         raise Stop(USAGE, "cannot serve on 127.0.0.1:{}: {}".format(args.port, e.strerror or e))
     url = server.url("index.html")

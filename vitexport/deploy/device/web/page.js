@@ -283,7 +283,7 @@ function show(report, lines) {
 }
 
 async function post(result) {
-  await fetch("/report", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(result) });
+  await fetch("report", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(result) });
 }
 
 async function check(opts) {

@@ -80,10 +80,18 @@ def test_the_package_carries_onnx_runtime_web_the_page_and_a_whole_manifest(web_
     assert "ONNX Runtime Web 1.30.0" in (web_package / "README.md").read_text()
 
 
+def test_the_readme_says_verify_gives_the_verdict_not_the_page(web_package):
+    readme = (web_package / "README.md").read_text()
+    assert "every output matches PyTorch" not in readme
+    assert "every output is within the golden tolerance" in readme and "`vitexport verify --device-report`'s" in readme
+
+
 def test_wasm_outputs_match_pytorch_in_chromium_and_verify_accepts_the_report(wasm_run):
     report_path, done = wasm_run
     assert done.returncode == 0, done.stderr + done.stdout
-    assert "PASS" in done.stdout
+    # Within tolerance is not the verdict (verify also applies the precision's and the task's gates).
+    assert "PASS" not in done.stdout and "every output within tolerance" in done.stdout
+    assert "the verdict (with the precision's and the task's gates): vitexport verify" in done.stdout
     report = json.loads(report_path.read_text())
     device = report["device"]
     assert device["provider"] == "wasm" and device["runtime"] == "ONNX Runtime Web 1.30.0"

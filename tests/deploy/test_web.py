@@ -553,3 +553,68 @@ def test_a_failed_open_stops_the_browser_and_the_server(exported, monkeypatch, t
     assert started["browser"].closed and runner.browser is None and runner.server is None
     with pytest.raises(OSError):  # the port is closed
         request(started["server"], "/")
+
+
+# --- ONNX Runtime Web: the pinned release's bytes only -----------------------------------------------
+
+def runtime_copy(ort_web: Path, where: Path, *, version: str = "1.30.0", change: str | None = None) -> Path:
+    """A copy of the cached release laid out as the npm package, its version or one file changed."""
+    folder = where / "onnxruntime-web"
+    (folder / "dist").mkdir(parents=True)
+    meta = json.loads((ort_web / "package.json").read_text())
+    (folder / "package.json").write_text(json.dumps(dict(meta, version=version)))
+    for f in (ort_web / "dist").iterdir():
+        shutil.copyfile(f, folder / "dist" / f.name)
+    if change:
+        with open(folder / "dist" / change, "ab") as f:
+            f.write(b"\n// changed\n")
+    return folder
+
+
+def tarball(folder: Path) -> Path:
+    import tarfile
+
+    tgz = folder.with_suffix(".tgz")
+    with tarfile.open(tgz, "w:gz", compresslevel=1) as tar:
+        tar.add(folder, arcname="package")
+    return tgz
+
+
+def test_a_runtime_copy_of_another_version_or_with_changed_files_is_refused(exported, ort_web, tmp_path):
+    changed = runtime_copy(ort_web, tmp_path / "a", change="ort.wasm.min.mjs")
+    other = runtime_copy(ort_web, tmp_path / "b", version="1.29.0")
+    for copy, words in ((changed, "sha256 differs"), (other, "1.29.0"), (tarball(changed), "sha256 differs")):
+        result = CliRunner().invoke(app, ["package", str(exported("onnx")), "--target", "web", "--runtime-from",
+                                          str(copy), "--out", str(tmp_path / "out"), "--quiet"])
+        assert result.exit_code == 2, result.output
+        assert words in result.output and "Traceback" not in result.output
+
+
+def test_a_given_tarball_is_unpacked_apart_from_the_cache_and_used(ort_web, tmp_path, monkeypatch):
+    from vitexport.backends.onnx import web
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cached = runtime_copy(ort_web, tmp_path / "cache" / "vitexport", change="ort.webgpu.min.mjs")
+    cached.rename(tmp_path / "cache" / "vitexport" / "onnxruntime-web-1.30.0")
+    (tmp_path / "cache" / "vitexport" / "onnxruntime-web").mkdir()
+    shared = (tmp_path / "cache" / "vitexport" / "onnxruntime-web-1.30.0").rename(
+        tmp_path / "cache" / "vitexport" / "onnxruntime-web" / "1.30.0")
+    before = (shared / "dist" / "ort.webgpu.min.mjs").read_bytes()
+    tgz = tarball(runtime_copy(ort_web, tmp_path / "given"))
+    version, dist = web.locate(tgz)
+    assert version == "1.30.0" and dist.parent.name.startswith("tgz-") and not web._differing(dist)
+    assert (shared / "dist" / "ort.webgpu.min.mjs").read_bytes() == before  # the shared cache is left as it was
+
+
+def test_a_changed_cache_is_not_carried(tmp_path, ort_web, monkeypatch):
+    from vitexport.backends.onnx import web
+    from vitexport.core.errors import BackendUnavailable
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no npm to fetch it again
+    monkeypatch.delenv(web.ENV, raising=False)
+    copy = runtime_copy(ort_web, tmp_path, change="ort-wasm-simd-threaded.wasm")
+    (tmp_path / "cache" / "vitexport" / "onnxruntime-web").mkdir(parents=True)
+    copy.rename(tmp_path / "cache" / "vitexport" / "onnxruntime-web" / "1.30.0")
+    with pytest.raises(BackendUnavailable, match="npm"):
+        web.locate()

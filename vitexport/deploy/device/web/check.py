@@ -16,7 +16,7 @@ the verdict is `vitexport verify --device-report`'s, which also applies the prec
 accuracy gates and the task's gates, as for every target.
 
 Exit codes: 0 the page ran and every output is within the golden tolerance (the report is written for
-verify to judge); 4 a file differs from manifest.json (nothing runs) or an output is out of tolerance; 3 no browser, or the execution provider asked for (a WebGPU
+verify to judge); 4 a file differs from manifest.json (nothing runs) or an output is out of tolerance; 3 no browser (or one this machine cannot run), or the execution provider asked for (a WebGPU
 adapter) is not available in it; 2 bad usage; 1 the browser or the runtime failed.
 
 It needs Python 3.8 or newer and a Chromium-based browser, not vitexport: it is written by vitexport

@@ -141,6 +141,7 @@ def test_webgpu_runs_on_the_adapter_chromium_has_and_marks_a_software_one(web_pa
     adapter = report["device"]["webgpu_adapter"]
     assert report["device"]["provider"] == "webgpu"
     assert adapter["architecture"] == "swiftshader" and adapter["software"] is True
+    assert adapter["given_to_runtime"] is True  # the runtime ran on the adapter recorded
     assert "software" in report["device"]["compute_units"]
     placed = report["device"]["webgpu_cpu_nodes"]  # where ONNX Runtime put each node, read from its log
     assert placed["of"] > 0 and placed["of"] > placed["nodes"] and "MatMul" not in placed["ops"]
@@ -413,6 +414,7 @@ def test_the_server_refuses_another_host_name(page_server):
 
     served = urlsplit(page_server.url("index.html")).path
     assert request(page_server, served, host=f"localhost:{page_server.port}") == 200
+    assert request(page_server, served.replace("index.html", "index%2Ehtml")) == 200  # decoded, then looked up
     assert request(page_server, served, host=f"evil.example:{page_server.port}") == 403
     assert request(page_server, served, host="127.0.0.1") == 403
 
@@ -618,3 +620,23 @@ def test_a_changed_cache_is_not_carried(tmp_path, ort_web, monkeypatch):
     copy.rename(tmp_path / "cache" / "vitexport" / "onnxruntime-web" / "1.30.0")
     with pytest.raises(BackendUnavailable, match="npm"):
         web.locate()
+
+
+def test_the_page_counts_rounds_as_roundstats_does_ties_to_even():
+    """budget_s / 0.25 = 8.5 or 10.5: Python's round (and bench) take the even neighbour."""
+    import re
+    from importlib import resources
+
+    from vitexport.core.roundstats import round_count
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to run the page's JavaScript")
+    page = resources.files("vitexport.deploy.device.web").joinpath("page.js").read_text()
+    parts = [re.search(r"^const %s = [^;]*;" % n, page, re.M).group(0) for n in ("BURST_S", "MIN_ROUNDS", "MAX_ROUNDS")]
+    parts += [re.search(r"^function %s\(.*?^}$" % n, page, re.M | re.S).group(0) for n in ("roundHalfEven", "roundCount")]
+    budgets = [2.125, 2.625, 3.0, 0.5, 60.0, 2.375]
+    code = "\n".join(parts) + "\nconsole.log(JSON.stringify(%s.map(roundCount)));" % json.dumps(budgets)
+    done = subprocess.run([node, "-e", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [round_count(b) for b in budgets]

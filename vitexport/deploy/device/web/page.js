@@ -103,6 +103,18 @@ function percentile(values, q) {
 
 const median = (values) => percentile(values, 50);
 
+// Python's round: a tie goes to the even neighbour (Math.round takes it up), so that a budget gives
+// the page the rounds roundstats.round_count gives bench.
+function roundHalfEven(x) {
+  const down = Math.floor(x);
+  const rest = x - down;
+  return rest > 0.5 || (rest === 0.5 && down % 2 !== 0) ? down + 1 : down;
+}
+
+function roundCount(budget_s) {
+  return Math.max(MIN_ROUNDS, Math.min(MAX_ROUNDS, roundHalfEven(budget_s / BURST_S)));
+}
+
 function relativeSpread(values) {
   if (values.length < 2) return null;
   const m = median(values);
@@ -140,8 +152,7 @@ async function timedCase(runner, c, opts) {
     warm++;
   }
   const warmup_s = (performance.now() - start) / 1000;
-  const count = opts.repeats ? Math.min(opts.repeats, MIN_ROUNDS)
-    : Math.max(MIN_ROUNDS, Math.min(MAX_ROUNDS, Math.round(opts.budget_s / BURST_S)));
+  const count = opts.repeats ? Math.min(opts.repeats, MIN_ROUNDS) : roundCount(opts.budget_s);
   const quota = opts.repeats ? Array.from({ length: count }, (_, r) => Math.floor(opts.repeats / count) + (r < opts.repeats % count)) : null;
   const burst = (opts.budget_s / count) * 1000;
   const samples = [];

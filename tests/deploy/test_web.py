@@ -80,10 +80,18 @@ def test_the_package_carries_onnx_runtime_web_the_page_and_a_whole_manifest(web_
     assert "ONNX Runtime Web 1.30.0" in (web_package / "README.md").read_text()
 
 
+def test_the_readme_says_verify_gives_the_verdict_not_the_page(web_package):
+    readme = (web_package / "README.md").read_text()
+    assert "every output matches PyTorch" not in readme
+    assert "every output is within the golden tolerance" in readme and "`vitexport verify --device-report`'s" in readme
+
+
 def test_wasm_outputs_match_pytorch_in_chromium_and_verify_accepts_the_report(wasm_run):
     report_path, done = wasm_run
     assert done.returncode == 0, done.stderr + done.stdout
-    assert "PASS" in done.stdout
+    # Within tolerance is not the verdict (verify also applies the precision's and the task's gates).
+    assert "PASS" not in done.stdout and "every output within tolerance" in done.stdout
+    assert "the verdict (with the precision's and the task's gates): vitexport verify" in done.stdout
     report = json.loads(report_path.read_text())
     device = report["device"]
     assert device["provider"] == "wasm" and device["runtime"] == "ONNX Runtime Web 1.30.0"
@@ -133,6 +141,7 @@ def test_webgpu_runs_on_the_adapter_chromium_has_and_marks_a_software_one(web_pa
     adapter = report["device"]["webgpu_adapter"]
     assert report["device"]["provider"] == "webgpu"
     assert adapter["architecture"] == "swiftshader" and adapter["software"] is True
+    assert adapter["given_to_runtime"] is True  # the runtime ran on the adapter recorded
     assert "software" in report["device"]["compute_units"]
     placed = report["device"]["webgpu_cpu_nodes"]  # where ONNX Runtime put each node, read from its log
     assert placed["of"] > 0 and placed["of"] > placed["nodes"] and "MatMul" not in placed["ops"]
@@ -362,3 +371,272 @@ def test_the_web_check_runs_on_python_3_8_with_the_standard_library_alone(path):
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+
+
+# --- the page's server: only the page may read, take tasks or answer ---------------------------------
+
+def request(server, path: str, *, method: str = "GET", host: str | None = None, body: bytes | None = None,
+            headers: dict | None = None) -> int:
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    sent = {"Host": host or f"127.0.0.1:{server.port}", **(headers or {})}
+    conn.request(method, path, body=body, headers=sent)
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+@pytest.fixture
+def page_server(tmp_path):
+    from vitexport.core.browser import Server
+
+    (tmp_path / "index.html").write_text("<p>page</p>")
+    server = Server({"index.html": str(tmp_path / "index.html")}, folder="pkg", max_post=1000)
+    yield server
+    server.close()
+
+
+def test_the_server_refuses_requests_without_its_secret_prefix(page_server):
+    from urllib.parse import urlsplit
+
+    served = urlsplit(page_server.url("index.html")).path
+    assert page_server.token in served and request(page_server, served) == 200
+    for path in ("/index.html", "/pkg/index.html", "/wrong/pkg/index.html", "/command", "/blob/settings"):
+        assert request(page_server, path) == 404, path
+    page_server.commands.put({"op": "close"})
+    assert request(page_server, "/command") == 404 and page_server.commands.qsize() == 1  # not taken
+
+
+def test_the_server_refuses_another_host_name(page_server):
+    """DNS rebinding: a page of evil.example resolved to 127.0.0.1 sends its own name as Host."""
+    from urllib.parse import urlsplit
+
+    served = urlsplit(page_server.url("index.html")).path
+    assert request(page_server, served, host=f"localhost:{page_server.port}") == 200
+    assert request(page_server, served.replace("index.html", "index%2Ehtml")) == 200  # decoded, then looked up
+    assert request(page_server, served, host=f"evil.example:{page_server.port}") == 403
+    assert request(page_server, served, host="127.0.0.1") == 403
+
+
+def test_only_a_same_origin_json_post_of_a_bounded_size_is_an_answer(page_server):
+    import queue
+    from urllib.parse import urlsplit
+
+    report = urlsplit(page_server.url("report")).path
+    origin = f"http://127.0.0.1:{page_server.port}"
+    body = json.dumps({"report": {}}).encode()
+    forged = [
+        ("/report", {"Origin": origin, "Content-Type": "application/json"}, body, 404),  # no prefix
+        (report, {"Content-Type": "application/json"}, body, 403),  # no origin
+        (report, {"Origin": "http://evil.example", "Content-Type": "application/json"}, body, 403),
+        (report, {"Origin": origin, "Content-Type": "text/plain"}, body, 415),  # a simple cross-origin post
+        (report, {"Origin": origin, "Content-Type": "application/json"}, b"[" + b"0," * 600 + b"0]", 413),
+    ]
+    for path, headers, data, status in forged:
+        assert request(page_server, path, method="POST", headers=headers, body=data) == status, (headers, status)
+    with pytest.raises(queue.Empty):
+        page_server.results.get_nowait()
+    assert request(page_server, report, method="POST", body=body,
+                   headers={"Origin": origin, "Content-Type": "application/json; charset=utf-8"}) == 204
+    assert page_server.results.get(timeout=5) == {"report": {}}
+
+
+def test_serve_prints_the_address_with_its_secret_and_sizes_posts_from_the_golden_outputs(web_package, tmp_path):
+    import importlib.util
+    import urllib.request
+
+    device = copy_to_device(web_package, tmp_path)
+    spec = importlib.util.spec_from_file_location("web_check", device / "check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    manifest = json.loads((device / "manifest.json").read_text())
+    assert 4 * 2**20 < check.report_bytes(manifest) < 64 * 2**20
+    code = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    serving = subprocess.Popen([sys.executable, "-I", "-c", code, str(device / "check.py"), "--serve"],
+                               cwd=device, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = serving.stdout.readline()
+        url = next(word for word in line.split() if word.startswith("http://"))
+        assert "/index.html" in url and len(url.split("/")[3]) >= 24, line
+        with urllib.request.urlopen(url.replace("index.html", "manifest.json"), timeout=10) as answer:
+            assert json.loads(answer.read())["schema"] == "vitexport.package/1"
+        plain = url.split("/")[0] + "//" + url.split("/")[2] + "/manifest.json"
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(plain, timeout=10)
+    finally:
+        serving.send_signal(signal.SIGINT)
+        serving.communicate(timeout=20)
+
+
+# --- a browser that cannot run, an owner killed, an open that fails ------------------------------------
+
+def test_a_browser_path_that_is_not_executable_exits_2_in_one_line(web_package, tmp_path):
+    device = copy_to_device(web_package, tmp_path)
+    program = tmp_path / "chromium"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o644)
+    done = run_check(device, "--browser", str(program))
+    assert done.returncode == 2, done.stderr
+    assert "not an executable program" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_browser_the_machine_cannot_run_exits_3_in_one_line(web_package, tmp_path):
+    """Executable but not a program here (another machine's binary): the guard says why and exits 127."""
+    device = copy_to_device(web_package, tmp_path)
+    program = tmp_path / "chromium"
+    program.write_bytes(b"\x7fELF" + b"\0" * 60)
+    program.chmod(0o755)
+    done = run_check(device, "--browser", str(program))
+    assert done.returncode == 3, done.stderr
+    assert "cannot run" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGHUP])
+def test_a_killed_owner_leaves_no_browser_profile(browser, how, tmp_path):
+    from vitexport.core.browser import find_browser
+
+    code = ("import sys, time; from vitexport.core.browser import Browser; "
+            "b = Browser(sys.argv[1], 'about:blank'); print(b.profile, flush=True); time.sleep(600)")
+    owner = subprocess.Popen([sys.executable, "-c", code, find_browser()], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    profile = Path(owner.stdout.readline().strip())
+    assert profile.name.startswith("vitexport-browser-") and profile.is_dir()
+    deadline = time.monotonic() + 30
+    while len(descendants(owner.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    below = descendants(owner.pid)
+    owner.send_signal(how)
+    owner.wait()
+    assert not alive(below, within_s=10), "the browser outlived its owner"
+    deadline = time.monotonic() + 10
+    while profile.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not profile.exists(), "the browser's profile was left behind"
+
+
+def test_a_failed_open_stops_the_browser_and_the_server(exported, monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from vitexport.backends.onnx import browser as runner_module
+    from vitexport.backends.onnx import web
+    from vitexport.core import browser
+    from vitexport.core.errors import RuntimeFailure
+
+    started = {}
+
+    class FakeBrowser:
+        def __init__(self, program, url, webgpu=None):
+            started["browser"], self.closed = self, False
+
+        def exited(self):
+            return None
+
+        def close(self):
+            self.closed = True
+
+    real_server = browser.Server
+
+    def server(*args, **kwargs):
+        started["server"] = real_server(*args, **kwargs)
+        return started["server"]
+
+    monkeypatch.setattr(browser, "find_browser", lambda given=None: "chromium")
+    monkeypatch.setattr(browser, "Browser", FakeBrowser)
+    monkeypatch.setattr(browser, "Server", server)
+    monkeypatch.setattr(web, "locate", lambda source=None: ("1.30.0", tmp_path))
+    monkeypatch.setattr(web, "input_dtype", lambda path, name: "float32")
+    monkeypatch.setattr(runner_module, "OPEN_TIMEOUT_S", 0.5)
+    record = SimpleNamespace(input_names=["pixel_values"], output_names=["logits"], info={})
+    runner = runner_module.BrowserRunner(exported("onnx"), record, "wasm")
+    with pytest.raises(RuntimeFailure, match="no answer"):
+        runner.open()
+    assert started["browser"].closed and runner.browser is None and runner.server is None
+    with pytest.raises(OSError):  # the port is closed
+        request(started["server"], "/")
+
+
+# --- ONNX Runtime Web: the pinned release's bytes only -----------------------------------------------
+
+def runtime_copy(ort_web: Path, where: Path, *, version: str = "1.30.0", change: str | None = None) -> Path:
+    """A copy of the cached release laid out as the npm package, its version or one file changed."""
+    folder = where / "onnxruntime-web"
+    (folder / "dist").mkdir(parents=True)
+    meta = json.loads((ort_web / "package.json").read_text())
+    (folder / "package.json").write_text(json.dumps(dict(meta, version=version)))
+    for f in (ort_web / "dist").iterdir():
+        shutil.copyfile(f, folder / "dist" / f.name)
+    if change:
+        with open(folder / "dist" / change, "ab") as f:
+            f.write(b"\n// changed\n")
+    return folder
+
+
+def tarball(folder: Path) -> Path:
+    import tarfile
+
+    tgz = folder.with_suffix(".tgz")
+    with tarfile.open(tgz, "w:gz", compresslevel=1) as tar:
+        tar.add(folder, arcname="package")
+    return tgz
+
+
+def test_a_runtime_copy_of_another_version_or_with_changed_files_is_refused(exported, ort_web, tmp_path):
+    changed = runtime_copy(ort_web, tmp_path / "a", change="ort.wasm.min.mjs")
+    other = runtime_copy(ort_web, tmp_path / "b", version="1.29.0")
+    for copy, words in ((changed, "sha256 differs"), (other, "1.29.0"), (tarball(changed), "sha256 differs")):
+        result = CliRunner().invoke(app, ["package", str(exported("onnx")), "--target", "web", "--runtime-from",
+                                          str(copy), "--out", str(tmp_path / "out"), "--quiet"])
+        assert result.exit_code == 2, result.output
+        assert words in result.output and "Traceback" not in result.output
+
+
+def test_a_given_tarball_is_unpacked_apart_from_the_cache_and_used(ort_web, tmp_path, monkeypatch):
+    from vitexport.backends.onnx import web
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cached = runtime_copy(ort_web, tmp_path / "cache" / "vitexport", change="ort.webgpu.min.mjs")
+    cached.rename(tmp_path / "cache" / "vitexport" / "onnxruntime-web-1.30.0")
+    (tmp_path / "cache" / "vitexport" / "onnxruntime-web").mkdir()
+    shared = (tmp_path / "cache" / "vitexport" / "onnxruntime-web-1.30.0").rename(
+        tmp_path / "cache" / "vitexport" / "onnxruntime-web" / "1.30.0")
+    before = (shared / "dist" / "ort.webgpu.min.mjs").read_bytes()
+    tgz = tarball(runtime_copy(ort_web, tmp_path / "given"))
+    version, dist = web.locate(tgz)
+    assert version == "1.30.0" and dist.parent.name.startswith("tgz-") and not web._differing(dist)
+    assert (shared / "dist" / "ort.webgpu.min.mjs").read_bytes() == before  # the shared cache is left as it was
+
+
+def test_a_changed_cache_is_not_carried(tmp_path, ort_web, monkeypatch):
+    from vitexport.backends.onnx import web
+    from vitexport.core.errors import BackendUnavailable
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no npm to fetch it again
+    monkeypatch.delenv(web.ENV, raising=False)
+    copy = runtime_copy(ort_web, tmp_path, change="ort-wasm-simd-threaded.wasm")
+    (tmp_path / "cache" / "vitexport" / "onnxruntime-web").mkdir(parents=True)
+    copy.rename(tmp_path / "cache" / "vitexport" / "onnxruntime-web" / "1.30.0")
+    with pytest.raises(BackendUnavailable, match="npm"):
+        web.locate()
+
+
+def test_the_page_counts_rounds_as_roundstats_does_ties_to_even():
+    """budget_s / 0.25 = 8.5 or 10.5: Python's round (and bench) take the even neighbour."""
+    import re
+    from importlib import resources
+
+    from vitexport.core.roundstats import round_count
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to run the page's JavaScript")
+    page = resources.files("vitexport.deploy.device.web").joinpath("page.js").read_text()
+    parts = [re.search(r"^const %s = [^;]*;" % n, page, re.M).group(0) for n in ("BURST_S", "MIN_ROUNDS", "MAX_ROUNDS")]
+    parts += [re.search(r"^function %s\(.*?^}$" % n, page, re.M | re.S).group(0) for n in ("roundHalfEven", "roundCount")]
+    budgets = [2.125, 2.625, 3.0, 0.5, 60.0, 2.375]
+    code = "\n".join(parts) + "\nconsole.log(JSON.stringify(%s.map(roundCount)));" % json.dumps(budgets)
+    done = subprocess.run([node, "-e", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [round_count(b) for b in budgets]

@@ -1,7 +1,9 @@
 """A page in a headless Chromium, driven from Python: a local server for the page's files with the
 headers WebAssembly threads need, the browser started and stopped, and a channel to the page (the
 page asks GET /command for its next task, fetches GET /blob/NAME for data, and posts its answers to
-POST /report). Shared by bench (ONNX Runtime Web's rows) and a web package's check.py, which carries
+POST /report). Every address lies under a random prefix that only the opened URL carries: any other
+process on the machine, or a web page reaching the port (a DNS-rebound name, a cross-origin form), can
+neither read the files nor take a task nor post a forged answer. Shared by bench (ONNX Runtime Web's rows) and a web package's check.py, which carries
 this file as it is: standard library only, Python 3.8 or newer."""
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import os
 import platform
 import queue
+import secrets
 import shutil
 import subprocess
 import sys
@@ -16,12 +19,14 @@ import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote, unquote
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 # Chromium on a machine without a GPU: WebGPU through SwiftShader, Vulkan on the CPU (a software adapter).
 SWIFTSHADER = ("--enable-features=Vulkan", "--use-vulkan=swiftshader", "--use-webgpu-adapter=swiftshader",
                "--enable-unsafe-swiftshader")
-MAX_POST_BYTES = 512 * 2**20  # every output value of every case, as JSON
+MAX_POST_BYTES = 512 * 2**20  # the most a caller may allow: every output value of every case, as JSON
+DEFAULT_POST_BYTES = 64 * 2**20
 COMMAND_WAIT_S = 20.0  # a page's GET /command waits this long for a task before it asks again
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript", ".mjs": "text/javascript",
          ".json": "application/json", ".wasm": "application/wasm"}
@@ -31,12 +36,24 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript", ".mjs": 
 # that whole session when the browser is to stop, or when we are gone, even killed outright (a bench
 # worker is killed with SIGKILL, which leaves it no chance to clean up).
 GUARD = r"""
-import os, signal, subprocess, sys, time
-parent, log = int(sys.argv[1]), sys.argv[2]
-with open(log, "wb") as f:
-    child = subprocess.Popen(sys.argv[3:], stdin=subprocess.DEVNULL, stdout=f, stderr=f, start_new_session=True)
+import os, shutil, signal, subprocess, sys, time
+parent, log, profile = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+with open(log, "ab") as f:
+    try:
+        child = subprocess.Popen(sys.argv[4:], stdin=subprocess.DEVNULL, stdout=f, stderr=f, start_new_session=True)
+    except OSError as e:  # not a program this machine can run: one line for the owner, and 127 as a shell says it
+        f.write("cannot run {}: {}\n".format(sys.argv[4], e.strerror or e).encode("utf-8", "replace"))
+        f.flush()  # os._exit flushes nothing
+        os._exit(127)
 
-def stop(*_):
+def orphaned(wait_s=0.0):
+    # The owner gone: it removes the profile itself (after reading the log) unless it was killed outright.
+    deadline = time.monotonic() + wait_s
+    while os.getppid() == parent and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return os.getppid() != parent
+
+def stop(signum=None, frame=None):
     try:
         os.killpg(child.pid, signal.SIGTERM)
         child.wait(timeout=5)
@@ -45,6 +62,9 @@ def stop(*_):
             os.killpg(child.pid, signal.SIGKILL)
         except OSError:
             pass
+    # A hangup or Ctrl-C reaches the owner's whole process group: give it a moment to end, or to stay.
+    if orphaned(3.0 if signum in (signal.SIGHUP, signal.SIGINT) else 0.0):
+        shutil.rmtree(profile, ignore_errors=True)
     os._exit(0)
 
 for name in ("SIGTERM", "SIGINT", "SIGHUP"):
@@ -58,6 +78,8 @@ try:
     os.killpg(child.pid, signal.SIGKILL)  # its helpers, if any outlived it
 except OSError:
     pass
+if orphaned():
+    shutil.rmtree(profile, ignore_errors=True)
 sys.exit(child.returncode if child.returncode >= 0 else 128 - child.returncode)
 """
 
@@ -74,6 +96,8 @@ class Handler(BaseHTTPRequestHandler):
     blobs = {}
     commands = None  # queue.Queue of dicts for the page
     results = None  # queue.Queue of what the page posts
+    prefix = "/"  # "/TOKEN/": every address lies below it
+    max_post = DEFAULT_POST_BYTES
 
     def end_headers(self):
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
@@ -89,8 +113,24 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _allowed(self):
+        """The request names this server (Host exactly 127.0.0.1:PORT or localhost:PORT: a DNS-rebound
+        name is refused) and carries the secret prefix; returns the path below the prefix, or None
+        after refusing it."""
+        port = self.server.server_address[1]
+        if self.headers.get("Host") not in ("127.0.0.1:{}".format(port), "localhost:{}".format(port)):
+            self.send_error(403, "not this server's address")
+            return None
+        path = unquote(self.path.split("?", 1)[0].split("#", 1)[0])  # %-escapes decoded before the exact lookup
+        if not path.startswith(self.prefix):
+            self.send_error(404)
+            return None
+        return path[len(self.prefix):]
+
     def do_GET(self):
-        name = self.path.split("?", 1)[0].split("#", 1)[0].lstrip("/")
+        name = self._allowed()
+        if name is None:
+            return
         if name == "command":
             try:
                 task = self.commands.get(timeout=COMMAND_WAIT_S)
@@ -111,14 +151,25 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error(404, "not a file of this page")
 
     def do_POST(self):
-        if self.path != "/report":
-            self.send_error(404)
+        name = self._allowed()
+        if name != "report":
+            if name is not None:  # None: already refused
+                self.send_error(404)
+            return
+        port = self.server.server_address[1]
+        # Only the page itself: a browser names the posting page's origin, and a cross-origin post of
+        # application/json needs a preflight this server never grants.
+        if self.headers.get("Origin") not in ("http://127.0.0.1:{}".format(port), "http://localhost:{}".format(port)):
+            self.send_error(403, "only the page may post")
+            return
+        if self.headers.get("Content-Type", "").split(";")[0].strip().lower() != "application/json":
+            self.send_error(415, "application/json only")
             return
         try:
             length = int(self.headers.get("Content-Length", "0"))
         except ValueError:
             length = -1
-        if not 0 < length <= MAX_POST_BYTES:
+        if not 0 < length <= self.max_post:
             self.send_error(413)
             return
         body = self.rfile.read(length)
@@ -134,19 +185,23 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Server:
-    """The page's files on 127.0.0.1 (`routes`: name -> path), with the command channel."""
+    """The page's files on 127.0.0.1 (`routes`: name -> path), with the command channel, under a random
+    prefix (and `folder`, a name shown in the address). `max_post`: the largest answer taken, in bytes."""
 
-    def __init__(self, routes, port=0):
+    def __init__(self, routes, port=0, folder=None, max_post=DEFAULT_POST_BYTES):
         self.commands, self.results, self.blobs = queue.Queue(), queue.Queue(), {}
-        handler = type("PageHandler", (Handler,), {"routes": dict(routes), "blobs": self.blobs,
-                                                   "commands": self.commands, "results": self.results})
+        self.token = secrets.token_urlsafe(24)
+        self.prefix = "/{}/{}".format(self.token, folder + "/" if folder else "")
+        handler = type("PageHandler", (Handler,), {
+            "routes": dict(routes), "blobs": self.blobs, "commands": self.commands, "results": self.results,
+            "prefix": self.prefix, "max_post": max(1, min(int(max_post), MAX_POST_BYTES))})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)  # OSError: the caller says why
         self.httpd.daemon_threads = True
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.port = self.httpd.server_address[1]
 
     def url(self, name):
-        return "http://127.0.0.1:{}/{}".format(self.port, name)
+        return "http://127.0.0.1:{}{}{}".format(self.port, quote(self.prefix), name)
 
     def close(self):
         self.httpd.shutdown()
@@ -160,6 +215,8 @@ def find_browser(given=None):
         path = shutil.which(given) or (given if os.path.isfile(given) else None)
         if not path:
             raise ValueError("no such program: {}".format(given))
+        if not os.access(path, os.X_OK):
+            raise ValueError("{} is not an executable program".format(given))
         return path
     found = next((shutil.which(b) for b in BROWSERS if shutil.which(b)), None)
     if not found:
@@ -197,7 +254,8 @@ class Browser:
                 command.append("--enable-features=Vulkan")
         # Its log goes to a file: a pipe nobody reads would fill and stall it.
         try:
-            self.process = subprocess.Popen([sys.executable, "-c", GUARD, str(os.getpid()), self.log, *command, url],
+            self.process = subprocess.Popen([sys.executable, "-c", GUARD, str(os.getpid()), self.log, self.profile,
+                                             *command, url],
                                             stdin=subprocess.DEVNULL)
         except OSError as e:
             shutil.rmtree(self.profile, ignore_errors=True)
@@ -226,7 +284,8 @@ class Browser:
 
 
 def answer(server, browser, timeout_s):
-    """The page's next post; TimeoutError after `timeout_s`, RuntimeError when the browser died."""
+    """The page's next post; TimeoutError after `timeout_s`, RuntimeError when the browser died,
+    Unavailable when it could not even start (the guard's 127: not a program this machine runs)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -235,5 +294,5 @@ def answer(server, browser, timeout_s):
             pass
         gone = browser.exited() if browser is not None else None
         if gone:
-            raise RuntimeError(gone)
+            raise Unavailable(gone) if browser.process.returncode == 127 else RuntimeError(gone)
     raise TimeoutError("no answer from the page within {:g} s".format(timeout_s))

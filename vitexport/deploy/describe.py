@@ -175,9 +175,11 @@ def _web(target: "DeviceTarget", check: "DeviceCheck", folder: str) -> list[str]
             "2. Run `python3 check.py` in the folder (`--ep webgpu` for WebGPU; `--browser PATH` for another "
             "Chromium or Chrome; `--help` lists the options). It verifies every file against `manifest.json`, "
             "serves the folder on 127.0.0.1 with the cross-origin isolation headers WebAssembly threads need, opens "
-            "`index.html` in a headless browser, waits for the page's verdict and writes `device-report.json`. Exit "
-            "0: every output matches PyTorch; 4: a file differs from `manifest.json` or an output is out of "
-            "tolerance; 3: no browser, or no WebGPU adapter in it.",
+            "`index.html` in a headless browser, waits for the page's result and writes `device-report.json`. Exit "
+            "0: the page ran and every output is within the golden tolerance; 4: a file differs from "
+            "`manifest.json` or an output is out of tolerance; 3: no browser, or no WebGPU adapter in it. The "
+            "verdict is `vitexport verify --device-report`'s: it also applies the precision's top-1 and accuracy "
+            "gates and the task's gates, which the page does not compute.",
             f"3. The page runs the golden inputs with ONNX Runtime Web {version} from `ort/` (nothing from a CDN: it "
             "runs with the network off), times each case as `vitexport bench` does (a warm-up, then rounds within "
             "`--budget-s`, p50/p90/p99 and the spread of the round medians), and records the WebGPU adapter (a "

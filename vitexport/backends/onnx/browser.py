@@ -56,9 +56,17 @@ class BrowserRunner(Runner):
     def __init__(self, path: Path, record, ep: str, threads: int | None = None):
         self.path, self.record, self.ep, self.threads = Path(path), record, ep, threads
         self.server = self.browser = None
+        self.opened = False  # the page loaded the model and waits for tasks (close asks it to stop)
         self.facts: dict = {}
 
     def open(self) -> None:
+        try:
+            self._open()
+        except BaseException:
+            self.close()  # a failed open leaves no browser or server behind
+            raise
+
+    def _open(self) -> None:
         from importlib import resources
 
         from vitexport.backends.onnx import web
@@ -74,7 +82,8 @@ class BrowserRunner(Runner):
         files = [self.path, *(self.path.with_name(n) for n in self._external())]
         routes.update({p.name: str(p) for p in files})
         routes.update({f"ort/{name}": str(dist / name) for name in web.FILES})
-        self.server = browser.Server(routes)
+        # A run's outputs come back as JSON; their size is not known before the model runs.
+        self.server = browser.Server(routes, max_post=browser.MAX_POST_BYTES)
         self.server.blobs["settings"] = json.dumps({
             "file": self.path.name, "external_data": self._external(), "input_name": self.record.input_names[0],
             "output_names": list(self.record.output_names), "input_dtype": web.input_dtype(self.path,
@@ -90,6 +99,7 @@ class BrowserRunner(Runner):
         if not opened.get("ok"):
             why = f"ONNX Runtime Web {version} on {self.ep}: {opened.get('error')}"
             raise BackendUnavailable(why) if opened.get("unavailable") else RuntimeFailure(why)
+        self.opened = True
         self.facts = dict(opened.get("facts") or {}, browser=browser.browser_version(program))
         self.provider = described(self.facts)
 
@@ -102,6 +112,8 @@ class BrowserRunner(Runner):
 
         try:
             return browser.answer(self.server, self.browser, timeout_s)
+        except browser.Unavailable as e:
+            raise BackendUnavailable(str(e)) from None
         except (RuntimeError, TimeoutError) as e:
             raise RuntimeFailure(f"ONNX Runtime Web in the browser: {e}") from None
 
@@ -138,7 +150,7 @@ class BrowserRunner(Runner):
 
     def close(self) -> None:
         try:
-            if self.browser is not None and self.browser.exited() is None:
+            if self.opened and self.browser is not None and self.browser.exited() is None:
                 self.server.commands.put({"op": "close"})
                 self._answer(10.0)
         except RuntimeFailure:
@@ -149,3 +161,4 @@ class BrowserRunner(Runner):
             if self.server is not None:
                 self.server.close()
             self.browser = self.server = None
+            self.opened = False

@@ -4,10 +4,12 @@ package's folder, e.g. node_modules/onnxruntime-web), else from vitexport's cach
 with `npm pack` into that cache. The page loads them from the package folder: nothing from a CDN.
 
 Two builds are carried: the WebAssembly one (what a page that runs on the CPU loads) and the WebGPU
-one (which also runs wasm, with the WebGPU provider beside it)."""
+one (which also runs wasm, with the WebGPU provider beside it). Their sha256 are pinned: a copy, the
+cache or what npm gives is used only when every file is the pinned release's, byte for byte."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -16,7 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from vitexport.core.errors import BackendUnavailable, UsageError
+from vitexport.core.errors import BackendUnavailable, RuntimeFailure, UsageError
 
 VERSION = "1.30.0"  # the release the page is written against and tested with
 PACKAGE = "onnxruntime-web"
@@ -26,6 +28,15 @@ BUILDS = {"wasm": ("ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-s
           "webgpu": ("ort.webgpu.min.mjs", "ort-wasm-simd-threaded.asyncify.mjs",
                      "ort-wasm-simd-threaded.asyncify.wasm")}
 FILES = tuple(name for files in BUILDS.values() for name in files)
+# The files of onnxruntime-web 1.30.0 as npm publishes them: a page is carried with these bytes only.
+SHA256 = {
+    "ort.wasm.min.mjs": "219e6a1fc8a9938268d18efca3c91d310bd2f4a59bbd13744df5b2b7fc6cee3b",
+    "ort-wasm-simd-threaded.mjs": "e13f7f94fc51b4ca72b12faeb1ee95f4ace6dfbc8939bc718aabdc0a27c4299b",
+    "ort-wasm-simd-threaded.wasm": "3398c10d07d229bd91b364548e130e0e51a8e5704b88c7c083ebbeb78842dee2",
+    "ort.webgpu.min.mjs": "3dffff71811bc13a3a3d9591c57ca5ee5735b8f5f3eaf789510b02bb040ae3a0",
+    "ort-wasm-simd-threaded.asyncify.mjs": "3d1c85995364bb643302fc6fd877a0c3ba5ae72401815e0f24828a53d9191e28",
+    "ort-wasm-simd-threaded.asyncify.wasm": "39f9f0894d478800487ed9f7dbe92618498db320cf55c8e3d89adff8dce658da",
+}
 NPM_TIMEOUT_S = 300
 
 
@@ -35,14 +46,15 @@ def cache_root() -> Path:
 
 
 def locate(source: str | Path | None = None) -> tuple[str, Path]:
-    """(version, folder holding FILES) of the ONNX Runtime Web to carry. `source`: a copy the user
-    named (else VITEXPORT_ONNXRUNTIME_WEB). UsageError for a copy that is not ONNX Runtime Web,
-    BackendUnavailable (exit 3) when there is none and npm cannot fetch it."""
+    """(version, folder holding FILES) of the ONNX Runtime Web to carry, its files checked against
+    SHA256. `source`: a copy the user named (else VITEXPORT_ONNXRUNTIME_WEB). UsageError for a copy
+    that is not the pinned release, BackendUnavailable (exit 3) when there is none and npm cannot
+    fetch it."""
     given = source if source is not None else os.environ.get(ENV) or None
     if given is not None:
         return _from_copy(Path(given), "--runtime-from" if source is not None else ENV)
     cached = cache_root() / VERSION
-    if not _complete(cached):
+    if not _complete(cached) or _differing(cached / "dist"):  # checked on every use: a changed cache is fetched again
         _fetch(cached)
     return VERSION, cached / "dist"
 
@@ -52,23 +64,52 @@ def _complete(folder: Path) -> bool:
     return (folder / "package.json").is_file() and all((folder / "dist" / name).is_file() for name in FILES)
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _differing(dist: Path) -> list[str]:
+    """The FILES in `dist` that are missing or not the pinned release's bytes."""
+    wrong = []
+    for name in FILES:
+        try:
+            if _sha256(dist / name) != SHA256[name]:
+                wrong.append(name)
+        except OSError:
+            wrong.append(name)
+    return wrong
+
+
+def _pinned(version: str, where: str, path: Path) -> None:
+    if version != VERSION:
+        raise UsageError(f"{where}: {path} is {PACKAGE} {version}; the page is written for and tested with {VERSION} "
+                         f"only: give that release (`npm pack {PACKAGE}@{VERSION}`)")
+
+
 def _from_copy(path: Path, where: str) -> tuple[str, Path]:
     if path.is_file() and path.name.endswith((".tgz", ".tar.gz")):
-        version = _tarball_version(path, where)
-        cached = cache_root() / version
-        if not _complete(cached):
-            _unpack(path, cached, where)
-        return version, cached / "dist"
+        _pinned(_tarball_version(path, where), where, path)
+        # Unpacked into a folder named by the tarball's own sha256: never over the shared cache, and a
+        # given tarball is always the one used.
+        unpacked = cache_root() / f"tgz-{_sha256(path)[:32]}"
+        if not _complete(unpacked) or _differing(unpacked / "dist"):
+            _unpack(path, unpacked, where)
+        return VERSION, unpacked / "dist"
     if path.is_dir():
         meta = path / "package.json"
         if not meta.is_file():
             raise UsageError(f"{where}: {path} holds no package.json: give the onnxruntime-web folder (node_modules/"
                              "onnxruntime-web) or the .tgz `npm pack onnxruntime-web` writes")
         version = _version_of(meta.read_bytes(), f"{where}: {meta}")
-        missing = [n for n in FILES if not (path / "dist" / n).is_file()]
-        if missing:
-            raise UsageError(f"{where}: {path / 'dist'} lacks {', '.join(missing)}: onnxruntime-web {version} is not "
-                             f"a release this page runs (it is written for {VERSION})")
+        _pinned(version, where, path)
+        wrong = _differing(path / "dist")
+        if wrong:
+            raise UsageError(f"{where}: {path / 'dist'}: {', '.join(wrong)} missing or not {PACKAGE} {VERSION}'s "
+                             "(sha256 differs): a changed or damaged copy is not carried")
         return version, path / "dist"
     raise UsageError(f"{where}: {path} is neither an onnxruntime-web folder nor a .tgz from `npm pack`")
 
@@ -113,11 +154,16 @@ def _unpack(tgz: Path, folder: Path, where: str) -> None:
                                      f"written for {PACKAGE} {VERSION})")
                 with open(tmp / name, "wb") as f:
                     shutil.copyfileobj(member, f)
+        wrong = _differing(tmp / "dist")
+        if wrong:  # checked before anything is placed
+            why = (f"{tgz.name}: {', '.join(wrong)} not {PACKAGE} {VERSION}'s (sha256 differs): a changed or damaged "
+                   "copy is not carried")
+            raise UsageError(f"{where}: {why}") if where != "npm pack" else RuntimeFailure(f"npm pack gave {why}")
         shutil.rmtree(folder, ignore_errors=True)
         try:
             os.replace(tmp, folder)
         except OSError:  # another process unpacked it meanwhile
-            if not _complete(folder):
+            if not _complete(folder) or _differing(folder / "dist"):
                 raise
     except tarfile.TarError as e:
         raise UsageError(f"{where}: {tgz} is not an npm package tarball ({e})") from None

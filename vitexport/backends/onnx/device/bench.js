@@ -7,7 +7,7 @@ import { openRunner } from "./runner.js";
 const query = new URLSearchParams(location.search);
 
 async function post(answer) {
-  await fetch("/report", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(answer) });
+  await fetch("report", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(answer) });
 }
 
 async function burst(runner, data, task) {

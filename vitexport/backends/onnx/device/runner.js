@@ -51,11 +51,12 @@ async function adapterFacts() {
   const info = adapter.info || {};
   const text = [info.vendor, info.architecture, info.device, info.description].join(" ").toLowerCase();
   const fallback = Boolean(info.isFallbackAdapter || adapter.isFallbackAdapter);
-  return {
+  const facts = {
     vendor: info.vendor || null, architecture: info.architecture || null, device: info.device || null,
     description: info.description || null, fallback,
     software: fallback || /swiftshader|llvmpipe|lavapipe|warp|software/.test(text),
   };
+  return { facts, adapter };
 }
 
 function toFloat32(tensor) {
@@ -86,8 +87,14 @@ export async function openRunner(settings, options) {
   if (!(ep in settings.builds)) {
     throw new Error(`no execution provider ${ep} in this package (it carries ${Object.keys(settings.builds)})`);
   }
-  const adapter = ep === "webgpu" ? await adapterFacts() : null;
+  const chosen = ep === "webgpu" ? await adapterFacts() : null;
+  const adapter = chosen ? chosen.facts : null;
   const ort = await import(`./ort/${settings.builds[ep]}`);
+  if (chosen) {
+    // The runtime on the very adapter recorded, not one it would ask for again (another, on a machine with two).
+    ort.env.webgpu.adapter = chosen.adapter;
+    adapter.given_to_runtime = ort.env.webgpu.adapter === chosen.adapter;
+  }
   // Threads need SharedArrayBuffer, which only a cross-origin isolated page has (COOP/COEP headers).
   const threads = self.crossOriginIsolated ? (options.threads || Math.min(4, navigator.hardwareConcurrency || 1)) : 1;
   ort.env.wasm.numThreads = threads;

@@ -56,9 +56,18 @@ def timed(made: dict[str, dict], out: Path, threads: int, rounds: int, budget_s:
                              "rounds": row["rounds"], "load_s": row["load_s"], "peak_rss_mb": row["peak_rss_mb"],
                              "file_mb": row["artifact_bytes"] / 1e6, "max_abs_error": parity["max_abs_error"],
                              "cosine_vs_pytorch": parity["cosine_similarity"],
-                             "passed": parity["passed"], "images": parity.get("images")}
+                             "passed": parity["passed"], "images": _relative(parity.get("images"))}
     return {"rows": result, "speedup_int8": result["fp32"]["p50_ms"] / result["int8"]["p50_ms"],
             "threads": report["settings"]["threads"], "fingerprint": report["fingerprint"], "files": report["files"]}
+
+
+def _relative(images: dict | None) -> dict | None:
+    """The image check, its folder named from the repository's root (the results say nothing of where
+    the checkout was)."""
+    if not images:
+        return images
+    folder = Path(images["directory"])
+    return {**images, "directory": str(folder.relative_to(ROOT)) if folder.is_relative_to(ROOT) else str(folder)}
 
 
 def summary(config: str, result: dict, command: str) -> str:

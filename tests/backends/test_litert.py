@@ -211,6 +211,24 @@ def test_an_op_the_converter_cannot_take_is_exit_3_naming_it(tmp_path):
         api.export("litert", SourceSpec(f"{path}:make"), LiteRTOptions(), tmp_path / "out")
 
 
+@pytest.mark.parametrize("raised,op", [
+    ("Failed to run converter passes: m.py:400:0: error: 'tfl.mul' op operands don't have broadcast-compatible "
+     "shapes", "tfl.mul"),
+    ("Lowering not found: aten._fft_r2c.default", "aten._fft_r2c.default"),
+    ("failed to legalize operation 'stablehlo.sort'", "stablehlo.sort"),
+    ("the converter crashed", None),
+])
+def test_a_converter_failure_naming_an_op_is_exit_3_and_any_other_exit_1(raised, op):
+    """The converter's own words, read without converting anything: an op it names is unavailable in
+    LiteRT, in one line with its reason; a failure that names none is a failed export."""
+    from vitexport.backends.litert.convert import conversion_error
+
+    error = conversion_error("convert", ValueError(raised))
+    assert error.exit_code == (3 if op else 1) and "\n" not in str(error)
+    if op:
+        assert str(error).startswith(f"LiteRT cannot hold {op}: ") and raised in str(error)
+
+
 @needs_litert
 def test_a_linux_package_checks_itself_in_litert_and_its_report_is_judged(built, tmp_path):
     """The package's check runs where vitexport and torch cannot be imported (numpy and ai-edge-litert

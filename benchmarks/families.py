@@ -4,6 +4,7 @@ and write the coverage table into the manual (docs/backends/families.md).
     python benchmarks/families.py                        # every family x every backend
     python benchmarks/families.py --backends onnx,torchscript --families swin,hiera
     python benchmarks/families.py --resume               # go on where an interrupted run stopped
+    python benchmarks/families.py --resume --backends litert   # in the litert extra's environment
     python benchmarks/families.py --table-only           # the page again from the results file
 
 Each cell ends in one of: verified (with the largest error, of the pre-head features where the output
@@ -81,9 +82,19 @@ def run_cell(family: str, backend: str, work: Path) -> dict:
     return cell
 
 
-def machine() -> str:
+WANTED_TOOLS = ("torch", "timm", "onnx", "onnxruntime", "openvino", "executorch", "coremltools", "tensorrt",
+                "litert-torch", "ai-edge-litert")
+
+
+def tools_here() -> dict[str, str]:
     from vitexport.backends import tool_versions
 
+    return {k: v for k, v in tool_versions().items() if k in WANTED_TOOLS or k.startswith(WANTED_TOOLS[3:])}
+
+
+def machine(tools: dict[str, str]) -> str:
+    """The CPU and the versions of every tool the stored cells ran with (a backend installed apart,
+    LiteRT, runs from its own environment: its tools are added to those of the earlier runs)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -92,10 +103,8 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    versions = tool_versions()
-    wanted = ("torch", "timm", "onnx", "onnxruntime", "openvino", "executorch", "coremltools", "tensorrt")
-    tools = ", ".join(f"{k} {v}" for k, v in versions.items() if k in wanted or k.startswith(wanted[3:]))
-    return f"{cpu}, {os.cpu_count()} CPUs, {platform.system()}, Python {platform.python_version()}; {tools}"
+    listed = ", ".join(f"{k} {v}" for k, v in sorted(tools.items()))
+    return f"{cpu}, {os.cpu_count()} CPUs, {platform.system()}, Python {platform.python_version()}; {listed}"
 
 
 def write_doc(cells: list[dict], about: dict, path: Path) -> None:
@@ -111,7 +120,10 @@ def write_doc(cells: list[dict], about: dict, path: Path) -> None:
         "samples/models/families.py:FAMILY` does. A model whose output is constant at random weights (Hiera's",
         "classifier starts at zero) is judged on its pre-head features ([verification](../verification.md)).",
         "Where it has not run: TensorRT engines on a GPU (built here, checked where one is), Core ML",
-        "predictions on macOS (checked here with vitexport's ML-program evaluator), ExecuTorch on a phone.",
+        "predictions on macOS (checked here with vitexport's ML-program evaluator), ExecuTorch on a phone,",
+        "LiteRT on Android (checked here in LiteRT's interpreter with XNNPACK). LiteRT's column comes from",
+        "the environment of the `litert` extra, which cannot share `.[dev]`'s ([LiteRT](litert.md)): run",
+        "`python benchmarks/families.py --resume --backends litert` there to add or refresh it.",
         "",
         f"Measured on {about['machine']}, {about['date']}, with (`--resume` goes on from the cells stored)",
         "",
@@ -192,7 +204,8 @@ def main(argv: list[str]) -> int:
     have = {(c["family"], c["backend"]) for c in cells}
     command = " ".join(["python benchmarks/families.py", *(shlex.quote(a) for a in argv)])
     earlier = stored.get("about", {})
-    about = {"machine": machine(), "date": time.strftime("%Y-%m-%d"),
+    tools = {**earlier.get("tools", {}), **tools_here()}
+    about = {"machine": machine(tools), "tools": tools, "date": time.strftime("%Y-%m-%d"),
              "commands": [*earlier.get("commands", [earlier["command"]] if "command" in earlier else []), command]}
     with tempfile.TemporaryDirectory(prefix="vitexport-families-") as work:
         for backend in chosen_backends:

@@ -3,7 +3,10 @@ interpreter with XNNPACK. tiny at depth 1 throughout: conversion time grows with
 one block holds every op a ViT-Ti converts to.
 
 These tests cover what is LiteRT's own: the precisions, what XNNPACK takes, a dynamic batch, a
-changed file, the converter's refusal of an op, the missing library and bad options.
+changed file, the converter's refusal of an op, the missing library and bad options; and every family
+of the families registry and every task model, each converted once (fp32, fixed batch): verified, or
+refused with exit 3 naming the op, as REFUSED expects (this suite runs apart from the others, so the
+families and tasks are covered here rather than in test_families.py and test_tasks.py).
 """
 
 import importlib.util
@@ -14,13 +17,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from task_models import TASK_MODELS
 from typer.testing import CliRunner
 from zoo_models import ROOT
 
 from vitexport import api, backends
 from vitexport.backends.litert.options import LiteRTOptions
 from vitexport.cli.app import app
-from vitexport.core.errors import ParityError, UnsupportedByRuntime
+from vitexport.core.errors import BackendUnavailable, ParityError, UnsupportedByRuntime
 from vitexport.export import sidecar
 from vitexport.models.sources import SourceSpec
 
@@ -207,6 +211,24 @@ def test_an_op_the_converter_cannot_take_is_exit_3_naming_it(tmp_path):
         api.export("litert", SourceSpec(f"{path}:make"), LiteRTOptions(), tmp_path / "out")
 
 
+@pytest.mark.parametrize("raised,op", [
+    ("Failed to run converter passes: m.py:400:0: error: 'tfl.mul' op operands don't have broadcast-compatible "
+     "shapes", "tfl.mul"),
+    ("Lowering not found: aten._fft_r2c.default", "aten._fft_r2c.default"),
+    ("failed to legalize operation 'stablehlo.sort'", "stablehlo.sort"),
+    ("the converter crashed", None),
+])
+def test_a_converter_failure_naming_an_op_is_exit_3_and_any_other_exit_1(raised, op):
+    """The converter's own words, read without converting anything: an op it names is unavailable in
+    LiteRT, in one line with its reason; a failure that names none is a failed export."""
+    from vitexport.backends.litert.convert import conversion_error
+
+    error = conversion_error("convert", ValueError(raised))
+    assert error.exit_code == (3 if op else 1) and "\n" not in str(error)
+    if op:
+        assert str(error).startswith(f"LiteRT cannot hold {op}: ") and raised in str(error)
+
+
 @needs_litert
 def test_a_linux_package_checks_itself_in_litert_and_its_report_is_judged(built, tmp_path):
     """The package's check runs where vitexport and torch cannot be imported (numpy and ai-edge-litert
@@ -242,6 +264,67 @@ def test_an_android_package_carries_the_kotlin_check_on_the_compiled_model_api(b
     full = api.export("litert", DEPTH1, LiteRTOptions(**FULL), tmp_path / "full", verify=False)["artifact"]
     with pytest.raises(UsageError, match="full-integer"):
         api.package(full, "android", out_dir=tmp_path / "pkg-full")
+
+
+# --- the families registry and the task models ------------------------------------------------------
+
+FAMILIES_FILE = ROOT / "samples" / "models" / "families.py"
+TASKS_FILE = Path(__file__).resolve().parents[1] / "task_models.py"
+
+
+def _families() -> list[str]:
+    spec = importlib.util.spec_from_file_location("vitexport_litert_families", FAMILIES_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return sorted(module.FAMILIES)
+
+
+FAMILIES = _families()
+# What litert-torch 0.10 refuses, by model, and the op its refusal must name (exit 3). Every other
+# family and task model must convert and verify; one that starts or stops converting fails here, so
+# this list and the manual's (docs/backends/litert.md, "What converts") are updated with it.
+REFUSED: dict[str, str] = {"mobilevitv2": "tfl.mul"}
+# Converting and checking these took 25 s or more each on 2 cores (the others 3-16 s).
+SLOW_FAMILIES = {"maxvit", "mobilevit"}
+
+
+def converted_or_refused(name: str, spec: SourceSpec, out: Path) -> dict | None:
+    """The export's result when it verified, None when it was refused as REFUSED expects."""
+    expected = REFUSED.get(name)
+    try:
+        result = api.export("litert", spec, LiteRTOptions(), out)
+    except BackendUnavailable as e:
+        message = str(e)
+        assert expected, f"{name} was refused, and is expected to convert: {message}"
+        assert e.exit_code == 3 and expected in message, (expected, message)
+        assert message.startswith("LiteRT cannot hold ") and "\n" not in message and "Traceback" not in message
+        return None
+    assert not expected, f"{name} converted, and is listed as refused ({expected}): take it out of REFUSED"
+    parity = result["parity"]
+    assert result["status"] == "verified" and parity["passed"], parity.get("failures")
+    assert result["provider"] == "litert-xnnpack"
+    judged = parity.get("pre_head") or parity  # a zero head (Hiera) is judged on its pre-head features
+    assert judged["max_abs_error"] < 1e-3
+    return result
+
+
+def test_every_refusal_listed_is_a_family_or_a_task_model():
+    assert set(REFUSED) <= set(FAMILIES) | set(TASK_MODELS) and SLOW_FAMILIES <= set(FAMILIES)
+
+
+@needs_litert
+@pytest.mark.parametrize("family", [pytest.param(f, marks=[pytest.mark.slow] if f in SLOW_FAMILIES else []) for f in FAMILIES])
+def test_family_is_verified_in_litert_or_refused_naming_the_op(family, tmp_path):
+    pytest.importorskip("timm")
+    converted_or_refused(family, SourceSpec(f"{FAMILIES_FILE}:{family}"), tmp_path)
+
+
+@needs_litert
+@pytest.mark.parametrize("task", sorted(TASK_MODELS))
+def test_task_model_is_verified_in_its_terms_or_refused_naming_the_op(task, tmp_path):
+    result = converted_or_refused(task, SourceSpec(f"{TASKS_FILE}:{task}"), tmp_path)
+    if result is not None:
+        assert result["parity"]["task"] == task and result["parity"]["task_metrics"], result["parity"]
 
 
 # --- bad input and a missing library -----------------------------------------------------------------

@@ -80,7 +80,7 @@ class ExecuTorchBackend(Backend):
         return ExecuTorchRunner(Path(path), record, run.threads)
 
     def pre_head(self, loaded, path: Path, record, x, head: str):
-        """The program's extra output, when it was lowered with one (prehead.py)."""
+        """The program's extra output, when it was lowered with one (backends/prehead.py)."""
         from vitexport.backends.executorch.runner import ExecuTorchRunner
 
         extra = record.info.get("pre_head") or {}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from vitexport.backends.executorch.libs import missing
 from vitexport.backends.executorch.options import ExecuTorchOptions
-from vitexport.backends.executorch.prehead import pre_head_of, with_pre_head
+from vitexport.backends.prehead import pre_head_of, with_pre_head
 from vitexport.core import writer
 from vitexport.core.errors import ExportError, VitexportError
 from vitexport.core.usercode import raised

@@ -60,6 +60,18 @@ class LiteRTBackend(Backend):
 
         return LiteRTRunner(Path(path), record, run.threads)
 
+    def pre_head(self, loaded, path: Path, record, x, head: str):
+        """The model's extra output, when it was converted with one (backends/prehead.py)."""
+        from vitexport.backends.litert.runner import LiteRTRunner
+
+        extra = record.info.get("pre_head") or {}
+        if extra.get("head") != head:
+            return f"the model was converted without the input of {head} as an output of its own"
+        with LiteRTRunner(Path(path), record) as runner:
+            outputs = runner.every_output(x)
+        index = len(record.output_names) - 1 + extra["output"]
+        return outputs[index] if index < len(outputs) else f"the model returns no output {index}"
+
     def renamable(self, path: Path, record) -> bool:
         return True  # one self-contained flatbuffer
 

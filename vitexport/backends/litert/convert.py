@@ -11,6 +11,7 @@ from pathlib import Path
 from vitexport.backends.litert import flatbuffer
 from vitexport.backends.litert.libs import import_converter
 from vitexport.backends.litert.options import LiteRTOptions
+from vitexport.backends.prehead import pre_head_of, with_pre_head
 from vitexport.core import writer
 from vitexport.core.errors import ExportError, UnsupportedByRuntime, VitexportError
 from vitexport.core.usercode import raised
@@ -19,6 +20,8 @@ from vitexport.core.usercode import raised
 # legalisation to LiteRT's builtin ops.
 OP_FAILURES = (re.compile(r"Lowering not found: (\S+)"), re.compile(r"failed to legalize operation '([^']+)'"),
                re.compile(r"'([\w.]+)' op .*(?:not supported|unsupported)", re.IGNORECASE),
+               # the converter's passes rejecting a LiteRT op they made (MobileViTv2's broadcast multiply)
+               re.compile(r"error: '(tfl\.\w+)' op "),
                # a lowering that failed on the node torch.export gave it (a view of a dynamic batch)
                re.compile(r"While executing %\w+ : .*?target=torch\.ops\.([\w.]+?)(?:\.default)?\]", re.DOTALL))
 
@@ -54,16 +57,18 @@ def _convert(loaded, options: LiteRTOptions, timings: dict) -> tuple[bytes, dict
     batch = 2 if options.dynamic_batch else loaded.input_shape[0]
     example = torch.randn((batch, *loaded.input_shape[1:]), generator=torch.Generator().manual_seed(0))
     shapes = ({0: torch.export.Dim("batch", min=1, max=options.check_max_batch)},) if options.dynamic_batch else None
+    model, extra = loaded.model, {}
+    if head := pre_head_of(loaded, example):  # a constant output: the model also returns the head's input
+        model, extra = with_pre_head(model, head), {"pre_head": {"head": head, "output": 1}}
     try:
         with torch.no_grad(), export_mode():
-            edge = _stage("convert", timings,
-                          lambda: litert_torch.convert(loaded.model, (example,), dynamic_shapes=shapes))
+            edge = _stage("convert", timings, lambda: litert_torch.convert(model, (example,), dynamic_shapes=shapes))
         data = bytes(edge.model_content())
     finally:
         _forget_traced_nodes()
     info = {"converter": "litert-torch", "input_dtype": "float32", "trace_batch": batch,
             "max_batch": options.check_max_batch if options.dynamic_batch else None,
-            "signature": flatbuffer.signature(data)}
+            "signature": flatbuffer.signature(data), **extra}
     return data, info
 
 

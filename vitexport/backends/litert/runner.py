@@ -74,9 +74,15 @@ class LiteRTRunner(Runner):
         self.runner = self.interpreter = None
 
     def run(self, feed: dict[str, "np.ndarray"]) -> dict[str, "np.ndarray"]:
+        # LiteRT's outputs by the signature's order, named as the artifact names them (an extra output
+        # after them, the input of a constant head, is left out: backends/prehead.py).
+        return dict(zip(self.output_names, self.every_output(feed[self.input_name])))
+
+    def every_output(self, x: "np.ndarray") -> list["np.ndarray"]:
+        """Every output the model returns for `x`, in the signature's order, as float32."""
         import numpy as np
 
-        x = np.ascontiguousarray(feed[self.input_name], dtype=np.float32)
+        x = np.ascontiguousarray(x, dtype=np.float32)
         inputs = self.runner.get_input_details()
         key = (self.signature.get("inputs") or list(inputs))[0]
         try:
@@ -85,9 +91,8 @@ class LiteRTRunner(Runner):
             raise RuntimeFailure(f"LiteRT failed to run {self.path.name} on a batch of {len(x)}: {explained(e)}") \
                 from None
         details = self.runner.get_output_details()
-        names = self.signature.get("outputs") or sorted(outputs)
-        # LiteRT's outputs by the signature's order, named as the artifact names them.
-        return {name: from_output(outputs[key], details[key]) for name, key in zip(self.output_names, names)}
+        names = self.signature.get("outputs") or sorted(outputs, key=lambda n: (len(n), n))
+        return [from_output(outputs[name], details[name]) for name in names]
 
 
 def to_input(x: "np.ndarray", detail: dict) -> "np.ndarray":

@@ -1,8 +1,8 @@
-"""A program whose model has a constant head (a zero-initialised classifier) also returns what it
-feeds that head: a lowered program keeps no internal tensor anyone can read back (the delegate
-computes it inside one call), so the check of a constant output could otherwise only pass
-vacuously. The extra output comes after the model's own, which keep their names and order; runners
-return the named outputs only."""
+"""An artifact whose model has a constant head (a zero-initialised classifier) also returns what it
+feeds that head, for backends whose artifact keeps no internal tensor anyone can read back (an
+ExecuTorch program's delegate, a LiteRT flatbuffer's XNNPACK partition compute it inside one call):
+the check of a constant output could otherwise only pass vacuously. The extra output comes after the
+model's own, which keep their names and order; runners return the named outputs only."""
 
 from __future__ import annotations
 

@@ -257,11 +257,17 @@ def test_bad_check_options_exit_2(web_package, args):
     assert "Traceback" not in done.stderr and done.stderr.strip()
 
 
+def default_sigint() -> None:
+    """A Ctrl-C's disposition as in a terminal, whatever the suite inherited (a background job ignores it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_check_and_its_browser_within_seconds(web_package, browser, tmp_path):
     device = copy_to_device(web_package, tmp_path)
     code = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
     check = subprocess.Popen([sys.executable, "-I", "-c", code, str(device / "check.py"), "--budget-s", "60"],
-                             cwd=device, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             cwd=device, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=default_sigint)
     below = set()
     deadline = time.monotonic() + 60
     while len(below) < 3 and time.monotonic() < deadline:  # until the browser runs, with its helpers
@@ -454,7 +460,8 @@ def test_serve_prints_the_address_with_its_secret_and_sizes_posts_from_the_golde
     assert 4 * 2**20 < check.report_bytes(manifest) < 64 * 2**20
     code = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
     serving = subprocess.Popen([sys.executable, "-I", "-c", code, str(device / "check.py"), "--serve"],
-                               cwd=device, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               cwd=device, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=default_sigint)
     try:
         line = serving.stdout.readline()
         url = next(word for word in line.split() if word.startswith("http://"))

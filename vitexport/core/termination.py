@@ -107,7 +107,10 @@ def held(what: str = "this step"):
             signal.raise_signal(signum)
             return
         noted.append(signum)
-        print(f"stopping after {what} (again to stop at once)", file=sys.stderr, flush=True)
+        try:  # a closed terminal (SIGHUP) has no stderr: nothing may be raised in here
+            print(f"stopping after {what} (again to stop at once)", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
     for sig in caught():
         try:

@@ -176,7 +176,8 @@ class Steps:
         self.cache.forget(row["build_key"])
         be = backends.get(row["backend"])
         self.build(row, be.Options(**options_of(row["options"])))
-        row.update(retime=True, cache_note=f"its cached build did not compute this model ({why}): built again")
+        row.update(retime=row["artifact"] is not None,  # a new artifact is timed before it is ranked
+                   cache_note=f"its cached build did not compute this model ({why}): built again")
         return False
 
     def _check_now(self, row: dict) -> dict[str, Any]:

@@ -166,13 +166,17 @@ def parse_input_shape(text: str) -> tuple[int, int, int, int]:
 
 @contextlib.contextmanager
 def export_mode():
-    """Disable the MultiheadAttention fast path while tracing/exporting (it fails trace checks)."""
+    """Disable the MultiheadAttention fast path while tracing/exporting (it fails trace checks), and
+    share the graph nodes' histories instead of copying them on every pass (models/provenance.py)."""
     import torch
+
+    from vitexport.models.provenance import shared_node_history
 
     previous = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     try:
-        yield
+        with shared_node_history():
+            yield
     finally:
         torch.backends.mha.set_fastpath_enabled(previous)
 

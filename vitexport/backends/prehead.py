@@ -13,7 +13,7 @@ def pre_head_of(loaded, example) -> str | None:
     """The module path of the head that makes the model's output constant for `example`, when what
     it reads carries information; None otherwise (or when the model has several outputs)."""
     from vitexport.models.heads import Head, constant_head
-    from vitexport.models.sources import export_mode
+    from vitexport.models.tracing import export_mode
 
     if loaded.output_names:
         return None

@@ -70,7 +70,7 @@ def record_reference(loaded: LoadedModel, out: Path, images, seed: int, progress
         import torch
 
         from vitexport.core import termination
-        from vitexport.models.sources import export_mode
+        from vitexport.models.tracing import export_mode
 
         with termination.held("loading torch.export"):  # its first import takes seconds; half of it would stay
             import torch._dynamo  # noqa: F401

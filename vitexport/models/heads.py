@@ -30,7 +30,7 @@ def is_constant(a: "np.ndarray") -> bool:
 def constant_head(model, x: "np.ndarray") -> Head | str:
     """The head that makes the model's output constant for `x` (a float32 array), with its input, or
     why there is none whose input carries information. Run it in the caller's export mode
-    (models.sources.export_mode), as the model is run for export."""
+    (models.tracing.export_mode), as the model is run for export."""
     import torch
     from torch import nn
 

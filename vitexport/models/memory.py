@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from vitexport.core.errors import SourceError
-from vitexport.models.sources import (LoadedModel, SourceSpec, check_input_size, class_scores_of, export_mode,
-                                      fits_task, materialise_lazy, task_of, user_outputs)
+from vitexport.models.sources import (LoadedModel, SourceSpec, check_input_size, class_scores_of, fits_task,
+                                      materialise_lazy, task_of, user_outputs)
+from vitexport.models.tracing import export_mode
 
 REFERENCE_SUFFIX = ".reference.pt2"  # as vitexport.models.reference.SUFFIX, without importing torch here
 

@@ -71,7 +71,7 @@ def write(model, example, path: Path, meta: dict[str, Any], golden: dict[str, An
 
 def _program(model, example):
     """The program with a dynamic batch, else a fixed one (a model that reshapes by its batch size).
-    The caller holds `sources.export_mode()`, as for every export."""
+    The caller holds `tracing.export_mode()`, as for every export."""
     batch = torch.export.Dim("batch", min=1, max=MAX_BATCH)
     errors = []
     with torch.no_grad():

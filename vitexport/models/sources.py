@@ -9,7 +9,6 @@ refused unless the user allows them.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import re
 from dataclasses import asdict, dataclass, field
@@ -23,6 +22,7 @@ from vitexport.models import holding
 from vitexport.models import presets as configs
 from vitexport.models.factories import build_file, build_module, declared_shape
 from vitexport.models.records import Built
+from vitexport.models.tracing import export_mode
 from vitexport.models.weights import load_weights
 
 if TYPE_CHECKING:
@@ -162,23 +162,6 @@ def parse_input_shape(text: str) -> tuple[int, int, int, int]:
         raise SourceError(f"--input-shape expects four positive integers N,C,H,W, got {text!r}")
     check_input_size(dims, "--input-shape")
     return dims  # type: ignore[return-value]
-
-
-@contextlib.contextmanager
-def export_mode():
-    """Disable the MultiheadAttention fast path while tracing/exporting (it fails trace checks), and
-    share the graph nodes' histories instead of copying them on every pass (models/provenance.py)."""
-    import torch
-
-    from vitexport.models.provenance import shared_node_history
-
-    previous = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        with shared_node_history():
-            yield
-    finally:
-        torch.backends.mha.set_fastpath_enabled(previous)
 
 
 def load(spec: SourceSpec) -> LoadedModel:

@@ -33,7 +33,7 @@ def judge_pre_head(report, loaded: "LoadedModel", be, path, record, feed, tol) -
     vacuous = [c for c in report.checks if c.get("constant_reference") and c["reason"].startswith(CONSTANT_OUTPUT)]
     if not vacuous:
         return
-    from vitexport.models.sources import export_mode
+    from vitexport.models.tracing import export_mode
 
     with export_mode():
         head = constant_head(loaded.model, feed.x)

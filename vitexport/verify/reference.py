@@ -44,7 +44,7 @@ class EagerRunner:
         import numpy as np
         import torch
 
-        from vitexport.models.sources import export_mode
+        from vitexport.models.tracing import export_mode
 
         x = torch.from_numpy(np.ascontiguousarray(feed[self.input_name])).to(self.device)
         with torch.inference_mode(), export_mode():

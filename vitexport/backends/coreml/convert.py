@@ -38,7 +38,7 @@ def convert(loaded, options: CoreMLOptions, out_path: Path) -> dict:
     """Write the .mlpackage at `out_path`; return the facts the sidecar records."""
     import torch
 
-    from vitexport.models.sources import export_mode
+    from vitexport.models.tracing import export_mode
 
     ct = import_coremltools()
     labels = read_labels(Path(options.labels)) if options.labels else None

@@ -46,7 +46,7 @@ def _forget_lowered_graphs() -> None:
 def _export_pte(loaded, options: ExecuTorchOptions, out_path: Path) -> dict:
     import torch
 
-    from vitexport.models.sources import export_mode
+    from vitexport.models.tracing import export_mode
 
     timings: dict[str, float] = {}
     half = options.precision == "fp16" and options.delegate != "coreml"  # Core ML casts inside its own program

@@ -50,7 +50,7 @@ def _convert(loaded, options: LiteRTOptions, timings: dict) -> tuple[bytes, dict
     """The fp32 flatbuffer (every precision starts from it) and its facts."""
     import torch
 
-    from vitexport.models.sources import export_mode
+    from vitexport.models.tracing import export_mode
 
     litert_torch = import_converter()
     # Trace at batch 2 when the batch is dynamic: a size-1 example would specialise the dimension.

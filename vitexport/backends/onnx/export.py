@@ -180,7 +180,7 @@ def _quiet_torch_logs():
 def _torch_export(model, example, path: Path, options: OnnxOptions, outputs: list[str], exporter: str) -> None:
     import torch
 
-    from vitexport.models.sources import export_mode
+    from vitexport.models.tracing import export_mode
 
     names = dict(input_names=[options.input_name], output_names=outputs)
     try:

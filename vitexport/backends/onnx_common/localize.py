@@ -38,7 +38,7 @@ def reference_block_outputs(model, blocks: list[str], x: np.ndarray) -> dict[str
     """PyTorch's output of each block, and under STEM the first block's input."""
     import torch
 
-    from vitexport.models.sources import export_mode
+    from vitexport.models.tracing import export_mode
 
     captured: dict[str, np.ndarray] = {}
     modules = dict(model.named_modules())

@@ -55,7 +55,7 @@ def convert(loaded, options: OpenVinoOptions):
     import openvino
     import torch
 
-    from vitexport.models.sources import export_mode
+    from vitexport.models.tracing import export_mode
 
     # Trace at batch >= 2 when the batch is dynamic, so a size-1 dimension is not specialised.
     batch = max(2, loaded.input_shape[0]) if options.dynamic_batch else loaded.input_shape[0]
@@ -93,7 +93,7 @@ def from_program(loaded, example, options: OpenVinoOptions, traced: Exception):
     import openvino
     import torch
 
-    from vitexport.models.sources import export_mode
+    from vitexport.models.tracing import export_mode
 
     first = lacking(traced)
     dynamic = ({0: torch.export.Dim("batch", min=1, max=4096)},) if options.dynamic_batch else None

@@ -75,7 +75,7 @@ class TorchScriptBackend(Backend):
     def export(self, loaded, options: ExportOptions, out_path: Path, upstream=None) -> Artifact:
         import torch
 
-        from vitexport.models.sources import export_mode
+        from vitexport.models.tracing import export_mode
 
         # Trace at batch >= 2 when the batch is dynamic, so a size-1 dimension is not specialised.
         batch = max(2, loaded.input_shape[0]) if options.dynamic_batch else loaded.input_shape[0]

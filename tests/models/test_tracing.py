@@ -5,8 +5,8 @@ import copy
 import torch
 from torch.fx import traceback
 
-from vitexport.models.provenance import shared_node_history
-from vitexport.models.sources import export_mode
+from vitexport.models.tracing import shared_node_history
+from vitexport.models.tracing import export_mode
 
 
 class Small(torch.nn.Module):

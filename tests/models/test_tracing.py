@@ -5,8 +5,7 @@ import copy
 import torch
 from torch.fx import traceback
 
-from vitexport.models.tracing import shared_node_history
-from vitexport.models.tracing import export_mode
+from vitexport.models.tracing import export_mode, shared_node_history
 
 
 class Small(torch.nn.Module):

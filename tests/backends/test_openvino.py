@@ -396,3 +396,25 @@ def test_ctrl_c_while_openvinos_frontend_calls_back_into_python_stops_the_export
     assert run.returncode == 130, run.stdout + run.stderr
     assert "stopping after OpenVINO's conversion" in run.stderr
     assert not out.exists() or not [p.name for p in out.iterdir() if p.name != ".vitexport.lock"]
+
+
+def test_an_export_reports_nothing_to_openvinos_telemetry_where_the_user_did_not_opt_in(tmp_path, monkeypatch):
+    """OpenVINO's converter reports each conversion to Google Analytics (forking the whole process to
+    send it) unless the user opted out or a CI variable is set: vitexport declines where nobody chose,
+    also for an instance a library made before it; an explicit opt-in on the machine stands."""
+    telemetry = pytest.importorskip("openvino_telemetry")
+    from openvino_telemetry.utils.opt_in_checker import ConsentCheckResult, OptInChecker
+    from openvino_telemetry.utils.sender import TelemetrySender
+
+    sent = []
+    monkeypatch.setattr(TelemetrySender, "send", lambda self, backend, message: sent.append(message))
+    monkeypatch.setenv("HOME", str(tmp_path))  # a machine where nobody chose, outside CI
+    for name in ("CI", "TF_BUILD", "JENKINS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    with contextlib.suppress(RuntimeError):  # an instance made earlier in this process, outside CI
+        telemetry.Telemetry().consent = True
+    exported(tmp_path / "out", "--name", "quiet")
+    assert sent == [] and not (tmp_path / "intel").exists()
+    (tmp_path / "intel").mkdir()
+    (tmp_path / "intel" / "openvino_telemetry").write_text("1")  # what `opt_in_out --opt_in` writes
+    assert OptInChecker().check(False, True) == ConsentCheckResult.ACCEPTED

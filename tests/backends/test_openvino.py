@@ -418,3 +418,17 @@ def test_an_export_reports_nothing_to_openvinos_telemetry_where_the_user_did_not
     (tmp_path / "intel").mkdir()
     (tmp_path / "intel" / "openvino_telemetry").write_text("1")  # what `opt_in_out --opt_in` writes
     assert OptInChecker().check(False, True) == ConsentCheckResult.ACCEPTED
+
+
+def test_importing_openvino_through_vitexport_writes_nothing_under_the_home_folder(tmp_path):
+    """openvino's import starts its converter's telemetry, which writes a client id and a usage count
+    under ~/intel where nobody chose: vitexport's OpenVINO package declines before it imports openvino."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("openvino_telemetry")
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")} | {"HOME": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", "import vitexport.backends.openvino.devices, openvino"], env=env, check=True,
+                   timeout=120)
+    assert not (tmp_path / "intel").exists(), sorted(p.name for p in (tmp_path / "intel").iterdir())

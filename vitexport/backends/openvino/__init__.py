@@ -25,7 +25,12 @@ from vitexport.backends.base import (
     output_names,
 )
 from vitexport.backends.openvino.options import OpenVinoOptions
+from vitexport.backends.openvino.telemetry import decline_unless_opted_in
 from vitexport.verify.parity import Tolerance
+
+# Importing openvino already counts a use under ~/intel (its converter's telemetry starts on import):
+# declined before any module of this package imports it.
+decline_unless_opted_in()
 
 TIMER = "openvino"  # the bench target that times CPU candidates
 

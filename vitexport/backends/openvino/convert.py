@@ -31,7 +31,9 @@ def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None
 
     from vitexport.backends.openvino.telemetry import decline_unless_opted_in
 
-    decline_unless_opted_in()  # before the converter or NNCF reports (and forks this process to do so)
+    # Again: a library may have made its telemetry instance since this package was imported (a notebook
+    # importing openvino or NNCF itself), and the converter and NNCF report (forking this process) from it.
+    decline_unless_opted_in()
     # One conversion per loaded model and graph shape: optimize's fp32, bf16 and int8 candidates are
     # the same traced graph, compiled or quantized differently.
     key = ("openvino-convert", options.dynamic_batch, options.input_name, tuple(output_names(loaded, options)))

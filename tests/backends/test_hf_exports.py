@@ -24,9 +24,11 @@ DIRECT = [be.name for be in backends.exporters() if be.builds_from is None and b
 # skips the classes whose encoder another class of the same modeling family brings too, with another
 # head on top (a Linear, a pooler); a new architecture is lowered by default. Depth Anything is DINOv2's
 # encoder under DPT's neck and head, both lowered with their own classes; YOLOS is ViT's encoder with
-# two MLP heads.
+# two MLP heads; ViT MSN's modules are ViT's, line for line (only their initialisation differs), with
+# ViTForImageClassification's head.
 SAME_ENCODER = {"executorch": {"CLIPVisionModel", "DeiTForImageClassification", "Dinov2Model", "ViTModel",
-                               "DepthAnythingForDepthEstimation", "YolosForObjectDetection"}}
+                               "DepthAnythingForDepthEstimation", "YolosForObjectDetection",
+                               "ViTMSNForImageClassification"}}
 # What a backend cannot convert yet, and the refusal that says so: Mask2Former's deformable attention
 # (and RT-DETR's) indexes its sampling points with a rank-6 tensor, beyond Core ML's rank 5.
 CANNOT = {("coreml", arch): r"makes a rank-6 tensor .* Core ML allows rank <= 5"

@@ -95,6 +95,14 @@ class RunOptions:
     device: str = "cpu"  # torch device for the eager runner
     compute_units: str = "ALL"  # Core ML on macOS
 
+    def thread_count(self) -> int | None:
+        """The threads to give a runtime: those asked for, else OMP_NUM_THREADS where it is set (the
+        PyTorch reference beside it follows it too: one budget for both, and a job capped to a share of
+        the machine stays within it), else None: the runtime's own default, every core."""
+        from vitexport.core.environment import environment_threads
+
+        return self.threads or environment_threads()
+
 
 @dataclass(frozen=True)
 class BenchTarget:

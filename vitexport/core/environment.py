@@ -77,6 +77,13 @@ def available_memory_bytes() -> int | None:
         return None
 
 
+def environment_threads() -> int | None:
+    """The thread count OMP_NUM_THREADS asks for (its first level where it lists several), or None
+    where it is unset or not a positive number."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else None
+
+
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 

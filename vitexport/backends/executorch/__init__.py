@@ -77,7 +77,7 @@ class ExecuTorchBackend(Backend):
 
         if record.info.get("delegate") == "coreml" and not _coreml_runtime():
             return EmbeddedCoreMLRunner(Path(path), record)
-        return ExecuTorchRunner(Path(path), record, run.threads)
+        return ExecuTorchRunner(Path(path), record, run.thread_count())
 
     def pre_head(self, loaded, path: Path, record, x, head: str):
         """The program's extra output, when it was lowered with one (backends/prehead.py)."""

@@ -58,7 +58,7 @@ class LiteRTBackend(Backend):
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
         from vitexport.backends.litert.runner import LiteRTRunner
 
-        return LiteRTRunner(Path(path), record, run.threads)
+        return LiteRTRunner(Path(path), record, run.thread_count())
 
     def pre_head(self, loaded, path: Path, record, x, head: str):
         """The model's extra output, when it was converted with one (backends/prehead.py)."""

@@ -72,7 +72,7 @@ class OnnxBackend(Backend):
         if run.providers and run.providers[0] in EPS:  # ONNX Runtime Web in a headless Chromium
             return BrowserRunner(Path(path), record, run.providers[0], run.threads)
 
-        return OnnxRuntimeRunner(Path(path), run.providers, run.threads, run.allow_fallback)
+        return OnnxRuntimeRunner(Path(path), run.providers, run.thread_count(), run.allow_fallback)
 
     def files(self, path: Path, record) -> list[Path]:
         data = record.info.get("external_data")

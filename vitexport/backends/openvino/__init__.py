@@ -107,7 +107,7 @@ class OpenVinoBackend(Backend):
     def load(self, path: Path | None, record, run: RunOptions = RunOptions()):
         from vitexport.backends.openvino.runner import OpenVinoRunner
 
-        return OpenVinoRunner(Path(path), record, run.providers, run.threads, run.allow_fallback)
+        return OpenVinoRunner(Path(path), record, run.providers, run.thread_count(), run.allow_fallback)
 
     def files(self, path: Path, record) -> list[Path]:
         return [Path(path).with_suffix(".bin")]

@@ -60,6 +60,18 @@ def built(shared_artifacts):
 
 
 @needs_litert
+def test_the_check_gives_litert_omp_num_threads_when_none_is_asked(built, monkeypatch):
+    """As tests/backends/test_threads.py checks for the backends of the main environment."""
+    from vitexport.backends.base import RunOptions
+
+    artifact = Path(built("fp32")["artifact"])
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    with backends.get("litert").load(artifact, sidecar.read(artifact), RunOptions()) as runner:
+        assert runner.threads == 3 and runner.interpreter is not None
+    assert backends.get("litert").load(artifact, sidecar.read(artifact), RunOptions(threads=2)).threads == 2
+
+
+@needs_litert
 @pytest.mark.parametrize("precision", list(PRECISIONS))
 def test_each_precision_is_verified_in_litert(built, precision):
     result = built(precision)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from device_harness import run_check
+from device_harness import copy_to_device, run_check
 from typer.testing import CliRunner
 
 from vitexport.cli.app import app
@@ -58,6 +58,18 @@ def test_a_linux_package_holds_the_artifact_its_proof_and_a_manifest_of_every_fi
     assert "subtract mean [0.485, 0.456, 0.406]" in pre["in_words"]
     readme = (onnx_package / "README.md").read_text()
     assert "python3 check.py" in readme and "vitexport verify --device-report" in readme
+
+
+def test_a_check_leaves_the_package_as_it_was_shipped(onnx_package, tmp_path):
+    """Its report beside it, nothing else. Python writes bytecode beside the modules it imports: the
+    modules the check carries (its statistics, its page cache, its timing, the runner) would leave a
+    __pycache__ folder in the package, files its manifest does not list, on every device it ran on."""
+    device = copy_to_device(onnx_package, tmp_path)
+    done = run_check(device)  # python -I: PYTHONDONTWRITEBYTECODE in this environment is ignored there
+    assert done.returncode == 0, done.stderr
+    on_disk = {p.relative_to(device).as_posix() for p in device.rglob("*") if p.is_file()}
+    assert on_disk - set(manifest.read(device)["files"]) == {"manifest.json", "device-report.json"}
+    assert manifest.changed(device, manifest.read(device)) is None
 
 
 def test_golden_inputs_are_8_bit_pixels_normalised():

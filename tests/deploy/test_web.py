@@ -92,6 +92,7 @@ def test_wasm_outputs_match_pytorch_in_chromium_and_verify_accepts_the_report(wa
     # Within tolerance is not the verdict (verify also applies the precision's and the task's gates).
     assert "PASS" not in done.stdout and "every output within tolerance" in done.stdout
     assert "the verdict (with the precision's and the task's gates): vitexport verify" in done.stdout
+    assert not (report_path.parent / "__pycache__").exists()  # the package as shipped, its report beside it
     report = json.loads(report_path.read_text())
     device = report["device"]
     assert device["provider"] == "wasm" and device["runtime"] == "ONNX Runtime Web 1.30.0"

@@ -38,6 +38,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+# The modules this check imports from the package would leave their bytecode in it (__pycache__):
+# files its manifest does not list. The package stays as it was shipped.
+sys.dont_write_bytecode = True
 HERE = Path(__file__).resolve().parent
 MANIFEST_SCHEMA = "vitexport.package/1"
 REPORT_SCHEMA = "vitexport.device-report/1"

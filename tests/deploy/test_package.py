@@ -67,9 +67,10 @@ def test_a_check_leaves_the_package_as_it_was_shipped(onnx_package, tmp_path):
     device = copy_to_device(onnx_package, tmp_path)
     done = run_check(device)  # python -I: PYTHONDONTWRITEBYTECODE in this environment is ignored there
     assert done.returncode == 0, done.stderr
+    listed = manifest.read(device)
     on_disk = {p.relative_to(device).as_posix() for p in device.rglob("*") if p.is_file()}
-    assert on_disk - set(manifest.read(device)["files"]) == {"manifest.json", "device-report.json"}
-    assert manifest.changed(device, manifest.read(device)) is None
+    assert on_disk - set(listed["files"]) == {"manifest.json", "device-report.json"}
+    assert manifest.changed(device, listed) is None
 
 
 def test_golden_inputs_are_8_bit_pixels_normalised():

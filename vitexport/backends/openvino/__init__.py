@@ -25,12 +25,7 @@ from vitexport.backends.base import (
     output_names,
 )
 from vitexport.backends.openvino.options import OpenVinoOptions
-from vitexport.backends.openvino.telemetry import decline_unless_opted_in
 from vitexport.verify.parity import Tolerance
-
-# Importing openvino already counts a use under ~/intel (its converter's telemetry starts on import):
-# declined before any module of this package imports it.
-decline_unless_opted_in()
 
 TIMER = "openvino"  # the bench target that times CPU candidates
 
@@ -50,8 +45,10 @@ class OpenVinoBackend(Backend):
                                     max_accuracy_drop=0.5)}
 
     def availability(self) -> Availability:
+        from vitexport.backends.openvino.telemetry import import_openvino
+
         try:
-            import openvino  # noqa: F401
+            import_openvino()
         except ImportError:
             return Availability(False, "openvino is not installed: pip install 'vitexport[openvino]'")
         return Availability(True)

@@ -31,8 +31,8 @@ def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None
 
     from vitexport.backends.openvino.telemetry import decline_unless_opted_in
 
-    # Again: a library may have made its telemetry instance since this package was imported (a notebook
-    # importing openvino or NNCF itself), and the converter and NNCF report (forking this process) from it.
+    # Again: a library may have made its telemetry instance since vitexport first imported openvino (a
+    # notebook importing openvino or NNCF itself), and the converter and NNCF report (forking this process) from it.
     decline_unless_opted_in()
     # One conversion per loaded model and graph shape: optimize's fp32, bf16 and int8 candidates are
     # the same traced graph, compiled or quantized differently.

@@ -19,8 +19,10 @@ HINTS = {name: hint for hint, name in TYPE_NAMES.items()}
 @functools.lru_cache(maxsize=1)
 def core():
     """One openvino.Core per process: creating it loads every device plugin."""
+    from vitexport.backends.openvino.telemetry import import_openvino
+
     try:
-        import openvino
+        openvino = import_openvino()
     except ImportError:
         raise BackendUnavailable("openvino is not installed: pip install 'vitexport[openvino]'") from None
     return openvino.Core()
@@ -133,6 +135,8 @@ def probe(device: str, hint: str | None) -> tuple[str | None, str | None]:
     """(the precision `device` computes a small attention-like model in with `hint`, or None and why
     it would not compile). With no hint: what the device picks when nobody asks."""
     import numpy as np
+
+    compiler = core()  # first: it imports openvino the declining way
     import openvino
     from openvino import opset13 as ops
 
@@ -141,7 +145,7 @@ def probe(device: str, hint: str | None) -> tuple[str | None, str | None]:
     scores = ops.softmax(ops.matmul(x, weight, False, False), -1)
     model = openvino.Model([ops.mvn(scores, [2], True, 1e-5, "inside_sqrt")], [x], "probe")
     try:
-        compiled = core().compile_model(model, device, {"INFERENCE_PRECISION_HINT": hint} if hint else {})
+        compiled = compiler.compile_model(model, device, {"INFERENCE_PRECISION_HINT": hint} if hint else {})
     except Exception as e:  # a device that lists itself, or a precision, and does not compile
         return None, explained(e)
     return ran(compiled), None

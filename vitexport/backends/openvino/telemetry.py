@@ -12,6 +12,15 @@ An explicit opt-in (the consent file saying 1) stands.
 from __future__ import annotations
 
 
+def import_openvino():
+    """openvino, imported once its telemetry declines: the import alone starts the converter's, which
+    writes a client id and a usage count under ~/intel. ImportError where it is not installed."""
+    decline_unless_opted_in()
+    import openvino
+
+    return openvino
+
+
 def decline_unless_opted_in() -> None:
     """Make OpenVINO's telemetry decline in this process, where the user has not opted in; idempotent."""
     try:

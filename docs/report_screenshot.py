@@ -6,8 +6,10 @@ Selenium) and save a screenshot of its first screenful.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 
@@ -19,12 +21,15 @@ def main(page: str, out: str = str(Path(__file__).parent / "assets" / "report-ma
     options.binary_location = shutil.which("chromium") or "chromium"
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1500"):
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
+    scratch = tempfile.mkdtemp(prefix="vx-")  # Chromium leaves a folder in TMPDIR: in this one, removed after
+    service = Service(shutil.which("chromedriver") or "chromedriver", env={**os.environ, "TMPDIR": scratch})
+    driver = webdriver.Chrome(service=service, options=options)
     try:
         driver.get(Path(page).resolve().as_uri())
         driver.save_screenshot(out)
     finally:
         driver.quit()
+        shutil.rmtree(scratch, ignore_errors=True)
     print(f"wrote {out}")
     return 0
 

@@ -17,13 +17,13 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from headless_chromium import chromium
 from device_harness import copy_to_device
 from typer.testing import CliRunner
 
@@ -135,10 +135,9 @@ def test_the_page_of_both_reports_shows_both_rows_in_chromium(round_trip):
     page = round_trip["where"] / "page.html"
     r = CliRunner().invoke(app, ["report", str(round_trip["bench"]), str(round_trip["report"]), "--out", str(page)])
     assert r.exit_code == 0, r.output
-    driver = chromium()
-    from selenium.webdriver.common.by import By
+    with chromium() as driver:
+        from selenium.webdriver.common.by import By
 
-    try:
         driver.get(page.resolve().as_uri())
         assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
         assert driver.execute_script("return document.documentElement.scrollWidth") <= 1400  # no sideways scroll
@@ -150,26 +149,3 @@ def test_the_page_of_both_reports_shows_both_rows_in_chromium(round_trip):
         assert len(on_device) == 1 and "verified" in next(row for row in rows if row not in on_device)
         groups = [g.text for g in driver.find_elements(By.CSS_SELECTOR, "section.group h3")]
         assert len(groups) == 2, groups  # the machine bench ran on, and the device (the same box, its check)
-    finally:
-        driver.quit()
-
-
-def chromium():
-    """Headless Chromium through Selenium, or a skip that says what is missing."""
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        missing = "selenium is not installed (pip install -e '.[browser]')"
-    else:
-        missing = next((f"no {name} on PATH" for name in ("chromium", "chromedriver") if not shutil.which(name)), None)
-    if missing:
-        if os.environ.get("VITEXPORT_REQUIRE_BROWSER"):
-            pytest.fail(f"VITEXPORT_REQUIRE_BROWSER is set but {missing}")
-        pytest.skip(missing)
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1800"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -501,14 +502,39 @@ def test_a_browser_the_machine_cannot_run_exits_3_in_one_line(web_package, tmp_p
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.fixture
+def scratch():
+    """An empty TMPDIR for a browser, short: its socket's path must fit a Unix socket's 108 bytes."""
+    folder = Path(tempfile.mkdtemp(prefix="vx-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_closed_browser_leaves_nothing_in_the_temporary_folder(browser, scratch):
+    """Chromium makes a folder of its own for its singleton socket under TMPDIR and never removes it:
+    one per browser started, piling up in /tmp. It goes with the profile."""
+    from vitexport.core.browser import find_browser
+
+    code = ("import os, sys, time; from vitexport.core.browser import Browser; "
+            "b = Browser(sys.argv[1], 'about:blank'); deadline = time.monotonic() + 30\n"
+            "while not os.path.lexists(os.path.join(b.profile, 'SingletonSocket')) and time.monotonic() < deadline:\n"
+            "    time.sleep(0.1)\n"
+            "print(os.readlink(os.path.join(b.profile, 'SingletonSocket')), flush=True); b.close()")
+    done = subprocess.run([sys.executable, "-c", code, find_browser()], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TMPDIR": str(scratch)})
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).is_relative_to(scratch)  # the browser ran with that TMPDIR
+    assert list(scratch.iterdir()) == []
+
+
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGHUP])
-def test_a_killed_owner_leaves_no_browser_profile(browser, how, tmp_path):
+def test_a_killed_owner_leaves_no_browser_profile(browser, how, scratch):
     from vitexport.core.browser import find_browser
 
     code = ("import sys, time; from vitexport.core.browser import Browser; "
             "b = Browser(sys.argv[1], 'about:blank'); print(b.profile, flush=True); time.sleep(600)")
     owner = subprocess.Popen([sys.executable, "-c", code, find_browser()], stdout=subprocess.PIPE, text=True,
-                             start_new_session=True)
+                             start_new_session=True, env={**os.environ, "TMPDIR": str(scratch)})
     profile = Path(owner.stdout.readline().strip())
     assert profile.name.startswith("vitexport-browser-") and profile.is_dir()
     deadline = time.monotonic() + 30
@@ -522,6 +548,7 @@ def test_a_killed_owner_leaves_no_browser_profile(browser, how, tmp_path):
     while profile.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not profile.exists(), "the browser's profile was left behind"
+    assert list(scratch.iterdir()) == [], "the browser's temporary files were left behind"
 
 
 def test_a_failed_open_stops_the_browser_and_the_server(exported, monkeypatch, tmp_path):

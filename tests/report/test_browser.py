@@ -17,13 +17,12 @@ VITEXPORT_REQUIRE_BROWSER, so that there a missing browser fails instead of skip
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 import hostile
+from headless_chromium import chromium
 from test_html import checked, write_reports
 from test_report import make_report, result
 from typer.testing import CliRunner
@@ -61,37 +60,10 @@ options = {{ dynamic_batch = true }}
 WIDTH = 1400  # the window every page must fit without scrolling sideways
 
 
-def why_no_browser() -> str | None:
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed (pip install -e '.[browser]')"
-    for name in ("chromium", "chromedriver"):
-        if not shutil.which(name):
-            return f"no {name} on PATH (Debian: apt-get install chromium chromium-driver)"
-    return None
-
-
 @pytest.fixture(scope="module")
 def browser():
-    reason = why_no_browser()
-    if reason:
-        if os.environ.get("VITEXPORT_REQUIRE_BROWSER"):
-            pytest.fail(f"VITEXPORT_REQUIRE_BROWSER is set but {reason}")
-        pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium")
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", f"--window-size={WIDTH},1800"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
-    try:
+    with chromium(WIDTH, 1800) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript", ".mjs": 
 # worker is killed with SIGKILL, which leaves it no chance to clean up).
 GUARD = r"""
 import os, shutil, signal, subprocess, sys, time
+REMOVE_PROFILE
 parent, log, profile = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 with open(log, "ab") as f:
     try:
@@ -64,7 +65,7 @@ def stop(signum=None, frame=None):
             pass
     # A hangup or Ctrl-C reaches the owner's whole process group: give it a moment to end, or to stay.
     if orphaned(3.0 if signum in (signal.SIGHUP, signal.SIGINT) else 0.0):
-        shutil.rmtree(profile, ignore_errors=True)
+        remove_profile(profile)
     os._exit(0)
 
 for name in ("SIGTERM", "SIGINT", "SIGHUP"):
@@ -79,9 +80,29 @@ try:
 except OSError:
     pass
 if orphaned():
-    shutil.rmtree(profile, ignore_errors=True)
+    remove_profile(profile)
 sys.exit(child.returncode if child.returncode >= 0 else 128 - child.returncode)
 """
+
+
+def remove_profile(profile):
+    """Remove a browser's profile, and the folder Chromium made under TMPDIR for its singleton socket,
+    which Chromium leaves behind (one more in /tmp per browser started): the profile's SingletonSocket
+    link names it, and it goes only while it holds nothing but the socket and its cookie."""
+    try:
+        folder = os.path.dirname(os.readlink(os.path.join(profile, "SingletonSocket")))
+        if folder and set(os.listdir(folder)) <= {"SingletonSocket", "SingletonCookie"}:
+            shutil.rmtree(folder, ignore_errors=True)
+    except OSError:
+        pass
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def guard_program():
+    """The guard's source, with remove_profile's (one definition, run by us and by the guard)."""
+    import inspect
+
+    return GUARD.replace("REMOVE_PROFILE", inspect.getsource(remove_profile), 1)
 
 
 class Unavailable(Exception):
@@ -254,7 +275,8 @@ class Browser:
                 command.append("--enable-features=Vulkan")
         # Its log goes to a file: a pipe nobody reads would fill and stall it.
         try:
-            self.process = subprocess.Popen([sys.executable, "-c", GUARD, str(os.getpid()), self.log, self.profile,
+            self.process = subprocess.Popen([sys.executable, "-c", guard_program(), str(os.getpid()), self.log,
+                                             self.profile,
                                              *command, url],
                                             stdin=subprocess.DEVNULL)
         except OSError as e:
@@ -280,7 +302,7 @@ class Browser:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        shutil.rmtree(self.profile, ignore_errors=True)
+        remove_profile(self.profile)
 
 
 def answer(server, browser, timeout_s):

@@ -27,7 +27,7 @@ from vitexport.models.sources import SourceSpec
 if sys.argv[1] == "reporting":  # the library's own consent check left alone, its instance never reset
     from openvino_telemetry.utils.opt_in_checker import OptInChecker
     OptInChecker.check.vitexport_declines = True  # marked as declining already: vitexport leaves it be
-    import vitexport.backends.openvino.telemetry as telemetry
+    import vitexport.core.telemetry as telemetry
     telemetry.decline_unless_opted_in = lambda: None
 out = Path(tempfile.mkdtemp())
 t0, c0 = time.perf_counter(), time.process_time()

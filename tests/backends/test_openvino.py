@@ -423,7 +423,7 @@ def test_an_export_reports_nothing_to_openvinos_telemetry_where_the_user_did_not
 def test_importing_openvino_through_vitexport_writes_nothing_under_the_home_folder(tmp_path):
     """openvino's import starts its converter's telemetry, which writes a client id and a usage count
     under ~/intel where nobody chose: vitexport declines before it first imports openvino (asking
-    whether OpenVINO is here, or for its runtime)."""
+    whether OpenVINO is here, for its runtime, or for its GEMM rate in bench's roofline)."""
     import os
     import subprocess
     import sys
@@ -431,6 +431,7 @@ def test_importing_openvino_through_vitexport_writes_nothing_under_the_home_fold
     pytest.importorskip("openvino_telemetry")
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")} | {"HOME": str(tmp_path)}
     for first in ("from vitexport import backends; assert backends.get('openvino').availability().ok",
-                  "from vitexport.backends.openvino import devices; devices.core()"):
+                  "from vitexport.backends.openvino import devices; devices.core()",
+                  "from vitexport.bench.roofline import gemm_kernel; gemm_kernel('openvino', 'float32', 64, 1)"):
         subprocess.run([sys.executable, "-c", first], env=env, check=True, timeout=120)
         assert not (tmp_path / "intel").exists(), sorted(p.name for p in (tmp_path / "intel").iterdir())

@@ -91,7 +91,7 @@ def remove_profile(profile):
     link names it, and it goes only while it holds nothing but the socket and its cookie."""
     try:
         folder = os.path.dirname(os.readlink(os.path.join(profile, "SingletonSocket")))
-        if folder and set(os.listdir(folder)) <= {"SingletonSocket", "SingletonCookie"}:
+        if os.path.isabs(folder) and set(os.listdir(folder)) <= {"SingletonSocket", "SingletonCookie"}:
             shutil.rmtree(folder, ignore_errors=True)
     except OSError:
         pass
@@ -276,8 +276,7 @@ class Browser:
         # Its log goes to a file: a pipe nobody reads would fill and stall it.
         try:
             self.process = subprocess.Popen([sys.executable, "-c", guard_program(), str(os.getpid()), self.log,
-                                             self.profile,
-                                             *command, url],
+                                             self.profile, *command, url],
                                             stdin=subprocess.DEVNULL)
         except OSError as e:
             shutil.rmtree(self.profile, ignore_errors=True)

@@ -45,7 +45,7 @@ class OpenVinoBackend(Backend):
                                     max_accuracy_drop=0.5)}
 
     def availability(self) -> Availability:
-        from vitexport.backends.openvino.telemetry import import_openvino
+        from vitexport.core.telemetry import import_openvino
 
         try:
             import_openvino()

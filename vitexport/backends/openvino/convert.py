@@ -29,7 +29,7 @@ def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None
     `calibration`: the int8 images as an (N, C, H, W) array."""
     import openvino
 
-    from vitexport.backends.openvino.telemetry import decline_unless_opted_in
+    from vitexport.core.telemetry import decline_unless_opted_in
 
     # Again: a library may have made its telemetry instance since vitexport first imported openvino (a
     # notebook importing openvino or NNCF itself), and the converter and NNCF report (forking this process) from it.

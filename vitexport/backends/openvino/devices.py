@@ -19,7 +19,7 @@ HINTS = {name: hint for hint, name in TYPE_NAMES.items()}
 @functools.lru_cache(maxsize=1)
 def core():
     """One openvino.Core per process: creating it loads every device plugin."""
-    from vitexport.backends.openvino.telemetry import import_openvino
+    from vitexport.core.telemetry import import_openvino
 
     try:
         openvino = import_openvino()

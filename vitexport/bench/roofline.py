@@ -201,10 +201,9 @@ def _int8_model(n: int, weight) -> bytes:
 
 def _openvino(library: str, dtype: str, n: int, threads: int):
     from vitexport.core.errors import BackendUnavailable, import_optional
-    from vitexport.core.telemetry import decline_unless_opted_in
+    from vitexport.core.telemetry import import_openvino
 
-    decline_unless_opted_in()  # before openvino's import, which starts its telemetry (core/telemetry.py)
-    ov = import_optional("openvino", "OpenVINO GEMM rates", "openvino")
+    ov = import_openvino()  # its telemetry declined first (core/telemetry.py)
 
     core = ov.Core()
     hint = {"float32": "f32", "bfloat16": "bf16"}.get(dtype)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 def import_openvino():
     """openvino, imported once its telemetry declines: the import alone starts the converter's, which
-    writes a client id and a usage count under ~/intel. ImportError where it is not installed."""
-    decline_unless_opted_in()
-    import openvino
+    writes a client id and a usage count under ~/intel. MissingLibrary where it is not installed."""
+    from vitexport.core.errors import import_optional
 
-    return openvino
+    decline_unless_opted_in()
+    return import_optional("openvino", "OpenVINO's export, runtime and GEMM rates", "openvino")
 
 
 def decline_unless_opted_in() -> None:

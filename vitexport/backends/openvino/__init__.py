@@ -45,11 +45,12 @@ class OpenVinoBackend(Backend):
                                     max_accuracy_drop=0.5)}
 
     def availability(self) -> Availability:
+        from vitexport.core.errors import MissingLibrary
         from vitexport.core.telemetry import import_openvino
 
         try:
             import_openvino()
-        except ImportError:
+        except MissingLibrary:
             return Availability(False, "openvino is not installed: pip install 'vitexport[openvino]'")
         return Availability(True)
 

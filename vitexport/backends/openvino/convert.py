@@ -27,13 +27,12 @@ from vitexport.core.usercode import raised
 def export_ir(loaded, options: OpenVinoOptions, out_path: Path, calibration=None) -> dict:
     """Write `out_path` (NAME.xml) and NAME.bin beside it; return the facts the sidecar records.
     `calibration`: the int8 images as an (N, C, H, W) array."""
-    import openvino
+    from vitexport.core.telemetry import import_openvino
 
-    from vitexport.core.telemetry import decline_unless_opted_in
-
-    # Again: a library may have made its telemetry instance since vitexport first imported openvino (a
-    # notebook importing openvino or NNCF itself), and the converter and NNCF report (forking this process) from it.
-    decline_unless_opted_in()
+    # Declined again before each conversion: a library may have made its telemetry instance since vitexport
+    # first imported openvino (a notebook importing openvino or NNCF itself), and the converter and NNCF
+    # report (forking this process) from it.
+    openvino = import_openvino()
     # One conversion per loaded model and graph shape: optimize's fp32, bf16 and int8 candidates are
     # the same traced graph, compiled or quantized differently.
     key = ("openvino-convert", options.dynamic_batch, options.input_name, tuple(output_names(loaded, options)))

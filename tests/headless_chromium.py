@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,17 @@ def why_no_browser() -> str | None:
         if not shutil.which(name):
             return f"no {name} on PATH (Debian: apt-get install chromium chromium-driver)"
     return None
+
+
+@contextlib.contextmanager
+def browser_tmpdir() -> Iterator[Path]:
+    """An empty folder to give a browser as TMPDIR, where Chromium leaves its singleton socket's folder
+    (one per browser started), removed afterwards. Short: a socket's path must fit in 108 bytes."""
+    folder = Path(tempfile.mkdtemp(prefix="vx-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -41,13 +53,10 @@ def chromium(width: int = 1400, height: int = 1800) -> Iterator:
                 f"--window-size={width},{height}"):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    # A TMPDIR of its own, removed afterwards: Chromium leaves its singleton socket's folder in TMPDIR, one
-    # per browser started (short: a socket's path must fit in 108 bytes).
-    scratch = tempfile.mkdtemp(prefix="vx-")
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver"), env={**os.environ, "TMPDIR": scratch}),
-                              options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(scratch, ignore_errors=True)
+    with browser_tmpdir() as scratch:
+        service = Service(shutil.which("chromedriver"), env={**os.environ, "TMPDIR": str(scratch)})
+        driver = webdriver.Chrome(service=service, options=options)
+        try:
+            yield driver
+        finally:
+            driver.quit()

@@ -17,11 +17,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from headless_chromium import browser_tmpdir
 from device_harness import copy_to_device, run_check
 from typer.testing import CliRunner
 
@@ -504,10 +504,8 @@ def test_a_browser_the_machine_cannot_run_exits_3_in_one_line(web_package, tmp_p
 
 @pytest.fixture
 def scratch():
-    """An empty TMPDIR for a browser, short: its socket's path must fit a Unix socket's 108 bytes."""
-    folder = Path(tempfile.mkdtemp(prefix="vx-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+    with browser_tmpdir() as folder:
+        yield folder
 
 
 def test_a_closed_browser_leaves_nothing_in_the_temporary_folder(browser, scratch):
